@@ -1,0 +1,59 @@
+"""A durable background job queue for Django on PostgreSQL.
+
+The public API is importable from here. ``enqueue`` and friends are
+loaded on first use, because they need the app registry: importing
+``django_durable_jobs`` itself (in ``INSTALLED_APPS``, or from another
+app's models) must not import the models.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .exceptions import (
+    Discard,
+    DurableJobsError,
+    HandlerAlreadyRegistered,
+    IdempotencyConflict,
+    InvalidJob,
+    Retry,
+)
+from .registry import job
+
+if TYPE_CHECKING:
+    from .context import JobContext
+    from .enqueueing import EnqueueResult, enqueue, enqueue_many
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "Discard",
+    "DurableJobsError",
+    "EnqueueResult",
+    "HandlerAlreadyRegistered",
+    "IdempotencyConflict",
+    "InvalidJob",
+    "JobContext",
+    "Retry",
+    "__version__",
+    "enqueue",
+    "enqueue_many",
+    "job",
+]
+
+_LAZY = {
+    "enqueue": "enqueueing",
+    "enqueue_many": "enqueueing",
+    "EnqueueResult": "enqueueing",
+    "JobContext": "context",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from importlib import import_module
+
+        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
+from django.utils.translation import gettext_lazy as _
+
+
+class DurableJobsConfig(AppConfig):
+    name = "django_durable_jobs"
+    label = "durable_jobs"
+    verbose_name = _("Durable jobs")
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401  (registers the system checks)
+
+        # Handlers live in each app's `jobs` module, as admin classes live
+        # in `admin.py`; importing them fills the registry.
+        autodiscover_modules("jobs")

@@ -1,0 +1,92 @@
+"""System checks: the queue's configuration is verified at startup."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.db import connections, router
+
+from .conf import SETTINGS, SETTINGS_NAME
+
+E001 = (
+    "django-durable-jobs needs PostgreSQL, but the job table's database {alias!r} "
+    "uses the {vendor!r} backend."
+)
+E001_HINT = (
+    "Point DATABASES[{alias!r}] at PostgreSQL (ENGINE 'django.db.backends.postgresql'), "
+    "or route the durable_jobs app to a PostgreSQL database with a database router."
+)
+E002 = "{name}[{key!r}] is not a known setting."
+E003 = "{name}[{key!r}] must be {expected}, got {value!r}."
+E004 = "{name} must be a dict, got {kind}."
+E005 = "django-durable-jobs needs psycopg 3; database {alias!r} uses psycopg2."
+
+
+@checks.register(checks.Tags.compatibility)
+def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E001: the job table's database must be PostgreSQL (checked without connecting)."""
+    from .models import Job
+
+    errors: list[checks.CheckMessage] = []
+    aliases = {router.db_for_write(Job) or "default", router.db_for_read(Job) or "default"}
+    for alias in sorted(aliases):
+        if alias not in connections.settings:
+            continue  # Django reports unknown aliases itself.
+        connection = connections[alias]
+        if connection.vendor != "postgresql":
+            errors.append(
+                checks.Error(
+                    E001.format(alias=alias, vendor=connection.vendor),
+                    hint=E001_HINT.format(alias=alias),
+                    obj=Job,
+                    id="durable_jobs.E001",
+                )
+            )
+            continue
+        from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+        if not is_psycopg3:
+            errors.append(
+                checks.Error(
+                    E005.format(alias=alias),
+                    hint="pip install 'psycopg[binary]>=3.2' (or 'psycopg[c]').",
+                    id="durable_jobs.E005",
+                )
+            )
+    return errors
+
+
+@checks.register(checks.Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E002/E003/E004: every ``DURABLE_JOBS`` key is known and well-typed."""
+    user = getattr(settings, SETTINGS_NAME, None)
+    if user is None:
+        return []
+    if not isinstance(user, dict):
+        return [
+            checks.Error(
+                E004.format(name=SETTINGS_NAME, kind=type(user).__name__),
+                id="durable_jobs.E004",
+            )
+        ]
+    errors: list[checks.CheckMessage] = []
+    for key, value in user.items():
+        spec = SETTINGS.get(key)
+        if spec is None:
+            errors.append(
+                checks.Error(
+                    E002.format(name=SETTINGS_NAME, key=key),
+                    hint="Known settings: " + ", ".join(sorted(SETTINGS)) + ".",
+                    id="durable_jobs.E002",
+                )
+            )
+        elif not spec.is_valid(value):
+            errors.append(
+                checks.Error(
+                    E003.format(name=SETTINGS_NAME, key=key, expected=spec.expected, value=value),
+                    id="durable_jobs.E003",
+                )
+            )
+    return errors

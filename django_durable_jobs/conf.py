@@ -1,0 +1,155 @@
+"""The ``DURABLE_JOBS`` settings, read lazily.
+
+Every attribute access reads ``settings.DURABLE_JOBS`` again, so
+``override_settings`` works in tests and nothing is frozen at import time
+(the trap django-prometheus fell into). Each key carries its unit in its
+name. Unknown keys and ill-typed values are reported by the system checks
+(``durable_jobs.E002`` / ``E003``); reading an ill-typed value raises
+``ImproperlyConfigured`` so that a bad setting is never silently replaced by
+its default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+SETTINGS_NAME = "DURABLE_JOBS"
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _non_negative_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _fraction(value: Any) -> bool:
+    return _non_negative_number(value) and value <= 1
+
+
+def _non_empty_str(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+@dataclass(frozen=True)
+class Setting:
+    default: Any
+    is_valid: Callable[[Any], bool]
+    expected: str
+    doc: str
+
+
+#: Every key ``DURABLE_JOBS`` accepts, with its default. docs/reference/settings.md
+#: mirrors this table; tests/unit/test_conf.py keeps the two in step.
+SETTINGS: dict[str, Setting] = {
+    "DEFAULT_QUEUE": Setting(
+        "default",
+        _non_empty_str,
+        "a non-empty string",
+        "Queue for jobs whose handler and caller name none.",
+    ),
+    "DEFAULT_PRIORITY": Setting(
+        0,
+        _int,
+        "an integer",
+        "Priority for jobs whose handler and caller name none.",
+    ),
+    "DEFAULT_MAX_ATTEMPTS": Setting(
+        5,
+        _positive_int,
+        "an integer >= 1",
+        "Attempts before a failing job goes dead, unless the handler or caller says otherwise.",
+    ),
+    "BACKOFF_BASE_SECONDS": Setting(
+        1.0,
+        _positive_number,
+        "a number > 0",
+        "Delay before the first retry; it doubles with each further attempt.",
+    ),
+    "BACKOFF_MAX_SECONDS": Setting(
+        3600.0,
+        _positive_number,
+        "a number > 0",
+        "Cap on the retry delay.",
+    ),
+    "BACKOFF_JITTER": Setting(
+        0.1,
+        _fraction,
+        "a number between 0 and 1",
+        "Random spread applied to each retry delay, as a fraction of it.",
+    ),
+    "LEASE_SECONDS": Setting(
+        30.0,
+        _positive_number,
+        "a number > 0",
+        "How long a claim lasts without a heartbeat before any worker may reap it.",
+    ),
+    "GRACE_PERIOD_SECONDS": Setting(
+        30.0,
+        _non_negative_number,
+        "a number >= 0",
+        "How long in-flight jobs may finish after the first SIGTERM/SIGINT.",
+    ),
+    "POLL_INTERVAL_SECONDS": Setting(
+        2.0,
+        _positive_number,
+        "a number > 0",
+        "Fallback poll when no notification arrives.",
+    ),
+    "ERROR_HISTORY_LIMIT": Setting(
+        20,
+        _positive_int,
+        "an integer >= 1",
+        "How many failures a job keeps in its errors history (oldest dropped first).",
+    ),
+    "NOTIFY_CHANNEL": Setting(
+        "durable_jobs",
+        _non_empty_str,
+        "a non-empty string",
+        "PostgreSQL NOTIFY channel that enqueue signals and workers listen on.",
+    ),
+}
+
+
+class DurableJobsSettings:
+    """Attribute access to ``settings.DURABLE_JOBS`` with defaults."""
+
+    def user_settings(self) -> Mapping[str, Any]:
+        value = getattr(settings, SETTINGS_NAME, None)
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ImproperlyConfigured(f"settings.{SETTINGS_NAME} must be a dict.")
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            spec = SETTINGS[name]
+        except KeyError:
+            raise AttributeError(f"Invalid {SETTINGS_NAME} setting: {name!r}") from None
+        user = self.user_settings()
+        if name not in user:
+            return spec.default
+        value = user[name]
+        if not spec.is_valid(value):
+            raise ImproperlyConfigured(
+                f"{SETTINGS_NAME}[{name!r}] must be {spec.expected}, got {value!r}."
+            )
+        return value
+
+
+jobs_settings = DurableJobsSettings()

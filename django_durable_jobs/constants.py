@@ -1,0 +1,26 @@
+"""Limits and names shared by the model, validation and SQL.
+
+Kept apart from ``models.py`` so that ``from django_durable_jobs import job``
+works before the app registry is ready (for example from another app's
+``models.py``).
+"""
+
+from __future__ import annotations
+
+TYPE_MAX_LENGTH = 255
+QUEUE_MAX_LENGTH = 100
+IDEMPOTENCY_KEY_MAX_LENGTH = 255
+LEASE_HOLDER_MAX_LENGTH = 255
+# Stored in a smallint: wide enough for any scheme, and Django Tasks'
+# -100..100 fits inside.
+PRIORITY_MIN = -32768
+PRIORITY_MAX = 32767
+# Stored in an int; far past anything sensible, but bounded so that bad
+# input is an error here rather than an overflow in the database.
+MAX_ATTEMPTS_LIMIT = 1_000_000
+
+#: Names of the indexes and constraints; tests and the SQL refer to them.
+CLAIM_INDEX = "durable_jobs_claim_idx"
+LEASE_INDEX = "durable_jobs_lease_idx"
+STATUS_INDEX = "durable_jobs_status_idx"
+IDEMPOTENCY_CONSTRAINT = "durable_jobs_idempotency_key_uniq"

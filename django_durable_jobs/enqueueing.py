@@ -1,0 +1,231 @@
+"""``enqueue`` and ``enqueue_many``: the only ways a job is created.
+
+Both run on the caller's connection (so they join the caller's
+transaction), insert in one round trip, and let the database's unique
+index on ``idempotency_key`` decide between a new job and a replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+
+from . import db
+from .exceptions import DurableJobsError, IdempotencyConflict, InvalidJob
+from .models import Job, JobStatus
+from .validation import JobSpec, build_spec
+
+logger = logging.getLogger(__name__)
+
+ENQUEUE_ARGUMENTS = frozenset(
+    {"type", "payload", "idempotency_key", "queue", "priority", "max_attempts", "delay", "run_at"}
+)
+# A replay finds the key's row gone only if it was deleted between our
+# INSERT and our SELECT (a prune, an operator); trying again is then safe.
+_MAX_RESOLVE_ROUNDS = 3
+
+
+class EnqueueResult:
+    """The job, and whether this call created it (``False`` on a replay).
+
+    A new job's ``Job`` instance is built on first access from what the
+    insert returned (no second query): ``enqueue_many`` callers who only
+    count results do not pay for tens of thousands of model instances.
+    """
+
+    __slots__ = ("_job", "_pending", "created")
+
+    def __init__(self, job: Job | None, created: bool, *, pending: tuple[Any, ...] = ()) -> None:
+        self._job = job
+        self._pending = pending
+        self.created = created
+
+    @property
+    def job(self) -> Job:
+        if self._job is None:
+            self._job = _job_from_spec(*self._pending)
+            self._pending = ()
+        return self._job
+
+    def __repr__(self) -> str:
+        return f"EnqueueResult(job={self.job!r}, created={self.created})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EnqueueResult):
+            return NotImplemented
+        return (self.job.pk, self.created) == (other.job.pk, other.created)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def enqueue(
+    type: str,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    idempotency_key: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+    delay: timedelta | float | None = None,
+    run_at: datetime | None = None,
+    using: str | None = None,
+) -> EnqueueResult:
+    """Create a job of ``type`` with ``payload``, or return the one holding ``idempotency_key``.
+
+    The same key with the same type, queue, payload, priority and
+    ``max_attempts`` returns the existing job with ``created=False``; with
+    any of them different it raises ``IdempotencyConflict``. Raises
+    ``InvalidJob`` (a ``ValueError``) before touching the database when an
+    argument is invalid. Unregistered types are allowed: the handler may
+    live in another codebase.
+    """
+    spec = build_spec(
+        type,
+        payload,
+        idempotency_key=idempotency_key,
+        queue=queue,
+        priority=priority,
+        max_attempts=max_attempts,
+        delay=delay,
+        run_at=run_at,
+    )
+    # One statement, so atomic on its own: no transaction needed here.
+    return _insert(db.database_alias(using), [spec])[0]
+
+
+def enqueue_many(
+    jobs: Iterable[Mapping[str, Any]], *, using: str | None = None
+) -> list[EnqueueResult]:
+    """Enqueue many jobs in one round trip; one result per input, in order.
+
+    Each item takes ``enqueue``'s argument names. All or nothing: an invalid
+    item or an idempotency conflict raises and leaves no job from this call.
+    """
+    specs = [_spec_from_item(index, item) for index, item in enumerate(jobs)]
+    if not specs:
+        return []
+    alias = db.database_alias(using)
+    with transaction.atomic(using=alias):
+        return _insert(alias, specs)
+
+
+def _spec_from_item(index: int, item: Mapping[str, Any]) -> JobSpec:
+    if not isinstance(item, Mapping):
+        raise InvalidJob(f"jobs[{index}]", f"must be a dict, not {type(item).__name__}.")
+    unknown = set(item) - ENQUEUE_ARGUMENTS
+    if unknown:
+        raise InvalidJob(f"jobs[{index}]", f"unknown argument(s): {', '.join(sorted(unknown))}.")
+    if "type" not in item:
+        raise InvalidJob(f"jobs[{index}].type", "is required.")
+    try:
+        return build_spec(**item)
+    except InvalidJob as exc:
+        raise InvalidJob(f"jobs[{index}].{exc.field}", exc.message) from None
+
+
+def _insert(alias: str, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+    results: list[EnqueueResult | None] = [None] * len(specs)
+    todo = list(range(len(specs)))
+    debug = logger.isEnabledFor(logging.DEBUG)
+    for _round in range(_MAX_RESOLVE_ROUNDS):
+        ids = [uuid.uuid4() for _ in todo]
+        inserted = db.insert_jobs([specs[i] for i in todo], ids, using=alias)
+        replays = []
+        for index, job_id in zip(todo, ids, strict=True):
+            if job_id in inserted:
+                spec = specs[index]
+                available_at, created_at = inserted[job_id]
+                results[index] = EnqueueResult(
+                    None, True, pending=(spec, job_id, available_at, created_at, alias)
+                )
+                if debug:
+                    logger.debug(
+                        "Job enqueued id=%s type=%s queue=%s",
+                        job_id,
+                        spec.type,
+                        spec.queue,
+                        extra={"job_id": str(job_id), "job_type": spec.type, "queue": spec.queue},
+                    )
+            else:
+                replays.append(index)
+        todo = _resolve_replays(alias, specs, replays, results)
+        if not todo:
+            return [r for r in results if r is not None]
+    raise DurableJobsError(
+        "Could not enqueue: the jobs holding these idempotency keys kept disappearing: "
+        + ", ".join(repr(specs[i].idempotency_key) for i in todo)
+    )
+
+
+def _resolve_replays(
+    alias: str,
+    specs: Sequence[JobSpec],
+    replays: list[int],
+    results: list[EnqueueResult | None],
+) -> list[int]:
+    """Match skipped rows with the jobs holding their keys; return those to insert again."""
+    if not replays:
+        return []
+    keys = {specs[i].idempotency_key for i in replays}
+    existing = {
+        job.idempotency_key: job
+        for job in Job.objects.using(alias).filter(idempotency_key__in=keys)
+    }
+    again = []
+    for index in replays:
+        spec = specs[index]
+        assert spec.idempotency_key is not None  # rows without a key always insert
+        job = existing.get(spec.idempotency_key)
+        if job is None:
+            again.append(index)
+            continue
+        differences = spec.differences(job)
+        if differences:
+            raise IdempotencyConflict(spec.idempotency_key, job, differences)
+        results[index] = EnqueueResult(job, created=False)
+        logger.debug(
+            "Job enqueue replayed id=%s type=%s key=%s",
+            job.pk,
+            job.type,
+            spec.idempotency_key,
+            extra={"job_id": str(job.pk), "job_type": job.type, "queue": job.queue},
+        )
+    return again
+
+
+def _job_from_spec(
+    spec: JobSpec, job_id: uuid.UUID, available_at: datetime, created_at: datetime, alias: str
+) -> Job:
+    """The ``Job`` just inserted, built without reading it back."""
+    # Positional arguments in field order: Model.__init__'s fast path, which
+    # matters when enqueue_many builds tens of thousands of jobs.
+    job = Job(
+        job_id,  # id
+        spec.type,
+        spec.queue,
+        spec.payload,
+        spec.idempotency_key,
+        JobStatus.PENDING,
+        spec.priority,
+        0,  # attempts
+        spec.max_attempts,
+        available_at,
+        created_at,
+        created_at,  # updated_at
+        None,  # started_at
+        None,  # completed_at
+        "",  # last_error
+        [],  # errors
+        None,  # result
+        None,  # lease_holder
+        None,  # lease_expires_at
+        None,  # lease_token
+    )
+    job._state.adding = False
+    job._state.db = alias
+    return job

@@ -1,0 +1,65 @@
+"""Every error the queue raises on purpose derives from ``DurableJobsError``."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .models import Job
+
+
+class DurableJobsError(Exception):
+    """Base class of the queue's own errors."""
+
+
+class InvalidJob(DurableJobsError, ValueError):
+    """An argument to ``enqueue`` is invalid; nothing was written.
+
+    ``field`` names the offending argument so the REST API can report it
+    against the right field. It is a ``ValueError`` so that callers who
+    catch the builtin keep working.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class IdempotencyConflict(DurableJobsError):
+    """The idempotency key already belongs to a job with other parameters.
+
+    Never a second job: the caller must pick a new key or send the same
+    parameters again.
+    """
+
+    def __init__(self, key: str, existing: Job, differences: list[str]) -> None:
+        super().__init__(
+            f"Idempotency key {key!r} already belongs to job {existing.pk} "
+            f"with a different {', '.join(differences)}."
+        )
+        self.key = key
+        self.existing = existing
+        self.differences = differences
+
+
+class HandlerAlreadyRegistered(DurableJobsError):
+    """Two handlers claim the same job type."""
+
+
+class Discard(DurableJobsError):
+    """Raised by a handler to send its job to ``dead`` at once, without retries."""
+
+
+class Retry(DurableJobsError):
+    """Raised by a handler to run its job again later.
+
+    ``after`` is a delay (``timedelta`` or seconds) or an aware ``datetime``;
+    ``None`` uses the normal backoff.
+    """
+
+    def __init__(self, after: timedelta | float | datetime | None = None, reason: str = "") -> None:
+        super().__init__(reason or "retry requested by the handler")
+        self.after = after
+        self.reason = reason

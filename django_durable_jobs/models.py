@@ -1,0 +1,163 @@
+"""The ``Job`` table: the single source of truth of the queue.
+
+A retry is a ``pending`` job with a later ``available_at``; the dead-letter
+queue is the ``dead`` rows of this same table. Writes on the hot paths
+(enqueue, claim, complete, fail, reap) go through ``db.py``; the ORM is used
+everywhere else.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from .constants import (
+    CLAIM_INDEX,
+    IDEMPOTENCY_CONSTRAINT,
+    IDEMPOTENCY_KEY_MAX_LENGTH,
+    LEASE_HOLDER_MAX_LENGTH,
+    LEASE_INDEX,
+    QUEUE_MAX_LENGTH,
+    STATUS_INDEX,
+    TYPE_MAX_LENGTH,
+)
+
+
+class JobStatus(models.TextChoices):
+    PENDING = "pending", _("pending")
+    RUNNING = "running", _("running")
+    COMPLETED = "completed", _("completed")
+    DEAD = "dead", _("dead")
+    CANCELLED = "cancelled", _("cancelled")
+
+
+FINISHED_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED})
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def pending(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.PENDING)
+
+    def runnable(self) -> JobQuerySet:
+        """Pending jobs a worker may claim now (by the database's clock)."""
+        return self.filter(status=JobStatus.PENDING, available_at__lte=models.functions.Now())
+
+    def running(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.RUNNING)
+
+    def completed(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.COMPLETED)
+
+    def dead(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.DEAD)
+
+    def cancelled(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.CANCELLED)
+
+    def finished(self) -> JobQuerySet:
+        return self.filter(status__in=FINISHED_STATUSES)
+
+
+class Job(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    type = models.CharField(
+        _("type"), max_length=TYPE_MAX_LENGTH, help_text=_("Name of the registered handler.")
+    )
+    queue = models.CharField(_("queue"), max_length=QUEUE_MAX_LENGTH, default="default")
+    payload = models.JSONField(_("payload"), default=dict)
+    # NULL, not "", means "no key": NULLs never collide in the unique index.
+    idempotency_key = models.CharField(  # noqa: DJ001
+        _("idempotency key"),
+        max_length=IDEMPOTENCY_KEY_MAX_LENGTH,
+        null=True,
+        blank=True,
+        help_text=_("Unique when set: enqueueing again with the same key returns this job."),
+    )
+    status = models.CharField(
+        _("status"), max_length=16, choices=JobStatus.choices, default=JobStatus.PENDING
+    )
+    priority = models.SmallIntegerField(_("priority"), default=0, help_text=_("Higher runs first."))
+    attempts = models.PositiveIntegerField(
+        _("attempts"), default=0, help_text=_("Counted when a worker claims the job.")
+    )
+    max_attempts = models.PositiveIntegerField(_("max attempts"), default=5)
+    available_at = models.DateTimeField(
+        _("available at"), default=timezone.now, help_text=_("Not claimed before this time.")
+    )
+    created_at = models.DateTimeField(_("created at"), default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    completed_at = models.DateTimeField(
+        _("completed at"),
+        null=True,
+        blank=True,
+        help_text=_("When the job reached completed, dead or cancelled."),
+    )
+    last_error = models.TextField(_("last error"), blank=True, default="")
+    errors = models.JSONField(
+        _("errors"),
+        default=list,
+        blank=True,
+        help_text=_("Failures, oldest first: attempt, time, error, traceback (bounded)."),
+    )
+    result = models.JSONField(_("result"), null=True, blank=True)
+    # The lease: which worker holds a running job, until when, and a token
+    # unique to this claim. Every write after the claim matches the token,
+    # so a worker that lost its lease cannot overwrite a newer claim's state.
+    lease_holder = models.CharField(  # noqa: DJ001
+        _("lease holder"), max_length=LEASE_HOLDER_MAX_LENGTH, null=True, blank=True
+    )
+    lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
+    lease_token = models.UUIDField(_("lease token"), null=True, blank=True, editable=False)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
+        indexes = [
+            # Serves the claim: pending jobs in claim order. `available_at <=
+            # now()` cannot be part of a partial index (now() is not
+            # immutable), so it is the second key column and filters inside
+            # the index.
+            models.Index(
+                fields=["-priority", "available_at", "created_at"],
+                name=CLAIM_INDEX,
+                condition=Q(status="pending"),
+            ),
+            # Serves the reaper: running jobs whose lease has expired.
+            models.Index(
+                fields=["lease_expires_at"], name=LEASE_INDEX, condition=Q(status="running")
+            ),
+            # Serves listings by status, newest first (API, admin, CLI).
+            models.Index(fields=["status", "-created_at"], name=STATUS_INDEX),
+        ]
+        constraints = [
+            # The database, not a check-then-insert, makes keys unique.
+            models.UniqueConstraint(
+                fields=["idempotency_key"],
+                name=IDEMPOTENCY_CONSTRAINT,
+                condition=Q(idempotency_key__isnull=False),
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=JobStatus.values), name="durable_jobs_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1), name="durable_jobs_max_attempts_gte_1"
+            ),
+            models.CheckConstraint(
+                condition=~Q(idempotency_key=""), name="durable_jobs_idempotency_key_not_empty"
+            ),
+            models.CheckConstraint(condition=~Q(type=""), name="durable_jobs_type_not_empty"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.pk} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES

@@ -1,0 +1,46 @@
+"""The example handlers; ``django_durable_jobs`` finds this module by itself."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django_durable_jobs import JobContext, job
+
+
+@job("example.noop")
+def noop(ctx: JobContext) -> None:
+    """Does nothing: the cheapest job, for benchmarks."""
+
+
+@job("example.echo")
+def echo(ctx: JobContext) -> dict[str, Any]:
+    """Returns its payload, which becomes the job's result."""
+    return ctx.payload
+
+
+@job("example.sleep")
+def sleep(ctx: JobContext) -> dict[str, float]:
+    """Sleeps ``payload["seconds"]`` (default 1)."""
+    seconds = float(ctx.payload.get("seconds", 1))
+    time.sleep(seconds)
+    return {"slept": seconds}
+
+
+class ExampleFailure(Exception):
+    pass
+
+
+@job("example.fail", max_attempts=3)
+def fail(ctx: JobContext) -> None:
+    """Always raises: shows retries with backoff, then the dead state."""
+    raise ExampleFailure(f"example.fail always fails (attempt {ctx.attempt})")
+
+
+@job("example.flaky")
+def flaky(ctx: JobContext) -> dict[str, int]:
+    """Fails until attempt >= ``payload["succeed_on_attempt"]`` (default 2)."""
+    succeed_on = int(ctx.payload.get("succeed_on_attempt", 2))
+    if ctx.attempt < succeed_on:
+        raise ExampleFailure(f"flaky: attempt {ctx.attempt} < {succeed_on}")
+    return {"succeeded_on_attempt": ctx.attempt}

@@ -1,0 +1,12 @@
+"""Test settings: the example project's, with faster password hashing.
+
+The database is ``DATABASE_URL``, or the embedded PostgreSQL when unset;
+pytest-django creates ``test_<name>`` in it.
+"""
+
+from __future__ import annotations
+
+from example_project.settings import *  # noqa: F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+LOGGING = {"version": 1, "disable_existing_loggers": False}
