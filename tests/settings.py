@@ -10,3 +10,10 @@ from example_project.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGGING = {"version": 1, "disable_existing_loggers": False}
+
+# A second, non-PostgreSQL database: the checks' tests route the job table to
+# it to see durable_jobs.E001. No test queries it.
+DATABASES = {
+    **DATABASES,  # noqa: F405
+    "sqlite": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+}

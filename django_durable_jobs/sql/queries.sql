@@ -48,6 +48,9 @@ inserted AS (
         COALESCE(run_at, now() + make_interval(secs => COALESCE(delay_seconds, 0))),
         now(), now(), '', '[]'::jsonb
     FROM input
+    -- Key order: concurrent batches sharing keys take them in the same
+    -- order, so they wait for each other instead of deadlocking.
+    ORDER BY idempotency_key
     -- Waits for a concurrent insert of the same key to commit or roll back,
     -- so racing callers end with exactly one row.
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

@@ -1,0 +1,51 @@
+"""Shared tools for tests that talk to the real PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import psycopg
+from django.db import connection, connections
+
+T = TypeVar("T")
+
+
+def new_connection(autocommit: bool = True) -> psycopg.Connection[Any]:
+    """A psycopg connection of its own to the test database (outside Django)."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    params.pop("prepare_threshold", None)
+    return psycopg.connect(**params, autocommit=autocommit)
+
+
+def run_in_threads(count: int, target: Callable[[int], T], timeout: float = 60) -> list[T]:
+    """Run ``target(i)`` in ``count`` threads released together; return results in order.
+
+    Each thread gets its own Django connection, closed when it ends.
+    Exceptions are re-raised in the caller.
+    """
+    barrier = threading.Barrier(count)
+    results: list[Any] = [None] * count
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            barrier.wait()
+            results[index] = target(index)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    assert not any(t.is_alive() for t in threads), "threads did not finish"
+    if errors:
+        raise errors[0]
+    return results

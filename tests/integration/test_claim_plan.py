@@ -1,0 +1,118 @@
+"""The claim is served by the partial claim index, never a sequential scan.
+
+50,000+ rows in mixed statuses, as a busy queue's table looks: mostly
+finished jobs, a backlog of pending ones (some delayed), a few running.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+
+from django_durable_jobs.constants import CLAIM_INDEX, LEASE_INDEX, STATUS_INDEX
+from django_durable_jobs.sql import QUERIES
+
+pytestmark = pytest.mark.django_db
+
+ROWS = {
+    # status: (count, available_at offset)
+    "completed": (38_000, "- interval '1 hour'"),
+    "pending": (6_000, "- interval '1 minute'"),
+    "pending_later": (3_000, "+ interval '1 hour'"),
+    "dead": (2_000, "- interval '1 day'"),
+    "running": (1_000, "- interval '1 minute'"),
+    "cancelled": (500, "- interval '1 day'"),
+}
+PARAMS = {"limit": 10, "worker_id": "w", "lease_seconds": 30, "queues": ["default", "emails"]}
+
+
+@pytest.fixture
+def big_table() -> None:
+    with connection.cursor() as cursor:
+        for status, (count, offset) in ROWS.items():
+            cursor.execute(
+                f"""
+                INSERT INTO durable_jobs_job (
+                    id, type, queue, payload, status, priority, attempts, max_attempts,
+                    available_at, created_at, updated_at, last_error, errors,
+                    lease_expires_at
+                )
+                SELECT gen_random_uuid(), 'tests.plan',
+                       (ARRAY['default', 'emails', 'reports'])[1 + i %% 3],
+                       '{{}}', %s, (i %% 5) - 2, 0, 5,
+                       now() {offset} + i * interval '1 ms', now(), now(), '', '[]',
+                       CASE WHEN %s = 'running' THEN now() + interval '30 seconds' END
+                FROM generate_series(1, %s) AS i
+                """,
+                [status.split("_")[0], status.split("_")[0], count],
+            )
+        cursor.execute("ANALYZE durable_jobs_job")
+        cursor.execute("SELECT count(*) FROM durable_jobs_job")
+        assert cursor.fetchone()[0] >= 50_000
+
+
+def explain(sql: str, params: dict[str, object]) -> str:
+    """The plan as JSON text (EXPLAIN without ANALYZE: the UPDATE does not run)."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+        return json.dumps(cursor.fetchone()[0])
+
+
+@pytest.mark.parametrize("query", ["claim_jobs", "claim_jobs_in_queues"])
+def test_claim_uses_the_claim_index_and_no_seq_scan(big_table: None, query: str) -> None:
+    plan = explain(QUERIES[query], PARAMS)
+    assert CLAIM_INDEX in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
+def test_claim_reads_few_rows_for_a_small_batch(big_table: None) -> None:
+    # ANALYZE runs the UPDATE: inside the test's transaction, rolled back after.
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + QUERIES["claim_jobs"], PARAMS)
+        plan = cursor.fetchone()[0][0]
+    assert plan["Plan"]["Actual Rows"] == 10 or plan["Plan"].get("Actual Rows") == 0
+
+    def scans(node: dict[str, object]) -> Iterator[dict[str, object]]:
+        if node.get("Index Name") == CLAIM_INDEX:
+            yield node
+        for child in node.get("Plans", []):  # type: ignore[attr-defined]
+            yield from scans(child)
+
+    (scan,) = list(scans(plan["Plan"]))
+    # A small batch reads a handful of index entries, not the backlog.
+    assert scan["Actual Rows"] <= 20, scan
+
+
+def test_claim_takes_the_highest_priority_then_oldest(big_table: None) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(QUERIES["claim_jobs"], PARAMS)
+        claimed = cursor.fetchall()
+        columns = [c.name for c in cursor.description]
+        cursor.execute(
+            """
+            SELECT id FROM durable_jobs_job
+            WHERE status = 'pending' AND available_at <= now()
+            ORDER BY priority DESC, available_at, created_at LIMIT 10
+            """
+        )
+    assert len(claimed) == 10
+    rows = [dict(zip(columns, row, strict=True)) for row in claimed]
+    assert all(r["status"] == "running" and r["attempts"] == 1 for r in rows)
+    assert all(r["lease_holder"] == "w" and r["lease_token"] for r in rows)
+    assert {r["priority"] for r in rows} == {2}
+
+
+def test_reaper_and_listing_indexes_serve_their_queries(big_table: None) -> None:
+    plan = explain(
+        "SELECT id FROM durable_jobs_job WHERE status = 'running' AND lease_expires_at < now()",
+        {},
+    )
+    assert LEASE_INDEX in plan and "Seq Scan" not in plan, plan
+    plan = explain(
+        "SELECT id FROM durable_jobs_job WHERE status = 'dead' ORDER BY created_at DESC LIMIT 50",
+        {},
+    )
+    assert STATUS_INDEX in plan and "Seq Scan" not in plan, plan
