@@ -28,10 +28,23 @@ DEMO_JOBS: list[dict[str, Any]] = [
 ]
 
 
+DEMO_ADMIN = ("admin", "admin")
+
+
 class Command(BaseCommand):
-    help = "Enqueue the demo's example jobs (idempotent: a second run adds nothing)."
+    help = (
+        "Create the demo's admin user (admin/admin) if missing and enqueue the example "
+        "jobs (idempotent: a second run adds nothing). For the demo database only."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from django.contrib.auth import get_user_model
+
+        username, password = DEMO_ADMIN
+        User = get_user_model()
+        if not User.objects.filter(username=username).exists():
+            User.objects.create_superuser(username, f"{username}@example.com", password)
+            self.stdout.write(f"Created superuser {username!r} with password {password!r}.")
         results = enqueue_many(DEMO_JOBS)
         for result in results:
             job = result.job
