@@ -18,7 +18,7 @@ from django.db import transaction
 from . import db
 from .exceptions import DurableJobsError, IdempotencyConflict, InvalidJob
 from .models import Job, JobStatus
-from .validation import JobSpec, build_spec
+from .validation import Defaults, JobSpec, build_spec
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,8 @@ def enqueue_many(
     Each item takes ``enqueue``'s argument names. All or nothing: an invalid
     item or an idempotency conflict raises and leaves no job from this call.
     """
-    specs = [_spec_from_item(index, item) for index, item in enumerate(jobs)]
+    defaults = Defaults.from_settings()
+    specs = [_spec_from_item(index, item, defaults) for index, item in enumerate(jobs)]
     if not specs:
         return []
     alias = db.database_alias(using)
@@ -114,7 +115,7 @@ def enqueue_many(
         return _insert(alias, specs)
 
 
-def _spec_from_item(index: int, item: Mapping[str, Any]) -> JobSpec:
+def _spec_from_item(index: int, item: Mapping[str, Any], defaults: Defaults) -> JobSpec:
     if not isinstance(item, Mapping):
         raise InvalidJob(f"jobs[{index}]", f"must be a dict, not {type(item).__name__}.")
     unknown = set(item) - ENQUEUE_ARGUMENTS
@@ -123,7 +124,7 @@ def _spec_from_item(index: int, item: Mapping[str, Any]) -> JobSpec:
     if "type" not in item:
         raise InvalidJob(f"jobs[{index}].type", "is required.")
     try:
-        return build_spec(**item)
+        return build_spec(**item, defaults=defaults)
     except InvalidJob as exc:
         raise InvalidJob(f"jobs[{index}].{exc.field}", exc.message) from None
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.utils import timezone
@@ -107,16 +106,21 @@ def validate_max_attempts(value: Any) -> int:
     return int(value)
 
 
+# One encoder for every payload: json.dumps() with non-default options
+# builds a new encoder per call, a visible cost in enqueue_many.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 def dump_payload(value: Any) -> str:
     """The payload as JSON text, or ``InvalidJob``.
 
     Strict ``json`` (no custom encoder): what is stored must read back as
     the same object, which is also what idempotent replays compare.
     """
-    if not isinstance(value, dict):
+    if value.__class__ is not dict and not isinstance(value, dict):
         raise InvalidJob("payload", f"must be a JSON object (a dict), not {type(value).__name__}.")
     try:
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidJob("payload", f"is not JSON-serialisable: {exc}.") from None
     if "\\u0000" in text:
@@ -125,7 +129,8 @@ def dump_payload(value: Any) -> str:
     return text
 
 
-def validate_delay(value: Any) -> float | None:
+def validate_delay(value: Any) -> int | None:
+    """The delay in whole microseconds (the database's resolution), or ``None``."""
     if value is None:
         return None
     if isinstance(value, timedelta):
@@ -140,7 +145,9 @@ def validate_delay(value: Any) -> float | None:
         raise InvalidJob("delay", "must be finite.")
     if seconds < 0:
         raise InvalidJob("delay", f"must not be negative (got {seconds} s).")
-    return seconds
+    if isinstance(value, timedelta):
+        return value // timedelta(microseconds=1)
+    return round(seconds * 1_000_000)
 
 
 def validate_run_at(value: Any) -> datetime | None:
@@ -153,9 +160,12 @@ def validate_run_at(value: Any) -> datetime | None:
     return value
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    """A validated, fully resolved job to insert."""
+class JobSpec(NamedTuple):
+    """A validated, fully resolved job to insert.
+
+    A named tuple rather than a frozen dataclass: it is built once per job
+    and is about five times cheaper to construct.
+    """
 
     type: str
     payload: dict[str, Any]
@@ -164,8 +174,12 @@ class JobSpec:
     priority: int
     max_attempts: int
     idempotency_key: str | None
-    delay_seconds: float | None
+    delay_us: int | None
     run_at: datetime | None
+
+    @property
+    def delay(self) -> timedelta | None:
+        return None if self.delay_us is None else timedelta(microseconds=self.delay_us)
 
     def differences(self, job: Any) -> list[str]:
         """The parameters in which ``job`` differs from this spec.
@@ -185,6 +199,24 @@ class JobSpec:
         return differ
 
 
+class Defaults(NamedTuple):
+    """``DURABLE_JOBS`` defaults, read once per enqueue call rather than per job."""
+
+    queue: str
+    priority: int
+    max_attempts: int
+
+    @classmethod
+    def from_settings(cls) -> Defaults:
+        from .conf import jobs_settings
+
+        return cls(
+            jobs_settings.DEFAULT_QUEUE,
+            jobs_settings.DEFAULT_PRIORITY,
+            jobs_settings.DEFAULT_MAX_ATTEMPTS,
+        )
+
+
 def build_spec(
     type: Any,
     payload: Any = None,
@@ -195,42 +227,41 @@ def build_spec(
     max_attempts: Any = None,
     delay: Any = None,
     run_at: Any = None,
+    defaults: Defaults | None = None,
 ) -> JobSpec:
     """Validate ``enqueue`` arguments and fill in the defaults.
 
     Defaults come from the registered handler, if this process has one,
-    then from ``DURABLE_JOBS``.
+    then from ``DURABLE_JOBS``. Written for speed: ``enqueue_many`` calls it
+    once per job.
     """
-    from .conf import jobs_settings
     from .registry import registry
 
     type_name = validate_type(type)
-    payload_json = dump_payload({} if payload is None else payload)
+    if payload is None:
+        payload, payload_json = {}, "{}"
+    else:
+        payload_json = dump_payload(payload)
     if delay is not None and run_at is not None:
         raise InvalidJob("run_at", "give either delay or run_at, not both.")
+    if defaults is None:
+        defaults = Defaults.from_settings()
     handler = registry.get(type_name)
-    if queue is None:
-        queue = handler.queue if handler and handler.queue else jobs_settings.DEFAULT_QUEUE
-    if priority is None:
-        priority = (
-            handler.priority
-            if handler and handler.priority is not None
-            else jobs_settings.DEFAULT_PRIORITY
-        )
-    if max_attempts is None:
-        max_attempts = (
-            handler.max_attempts
-            if handler and handler.max_attempts is not None
-            else jobs_settings.DEFAULT_MAX_ATTEMPTS
-        )
+    if handler is not None:
+        if queue is None:
+            queue = handler.queue
+        if priority is None:
+            priority = handler.priority
+        if max_attempts is None:
+            max_attempts = handler.max_attempts
     return JobSpec(
-        type=type_name,
-        payload={} if payload is None else payload,
-        payload_json=payload_json,
-        queue=validate_queue(queue),
-        priority=validate_priority(priority),
-        max_attempts=validate_max_attempts(max_attempts),
-        idempotency_key=validate_idempotency_key(idempotency_key),
-        delay_seconds=validate_delay(delay),
-        run_at=validate_run_at(run_at),
+        type_name,
+        payload,
+        payload_json,
+        defaults.queue if queue is None else validate_queue(queue),
+        defaults.priority if priority is None else validate_priority(priority),
+        defaults.max_attempts if max_attempts is None else validate_max_attempts(max_attempts),
+        None if idempotency_key is None else validate_idempotency_key(idempotency_key),
+        None if delay is None else validate_delay(delay),
+        None if run_at is None else validate_run_at(run_at),
     )

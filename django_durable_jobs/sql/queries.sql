@@ -12,7 +12,7 @@ VALUES (
     %(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(key)s, 'pending', %(priority)s, 0,
     %(max_attempts)s,
     -- The database's clock, the one the claim compares with.
-    COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => COALESCE(%(delay)s::float8, 0))),
+    COALESCE(%(run_at)s::timestamptz, now() + COALESCE(%(delay_us)s::bigint, 0) * interval '1 microsecond'),
     now(), now(), '', '[]'::jsonb
 )
 -- Waits for a concurrent insert of the same key to commit or roll back,
@@ -21,20 +21,23 @@ ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, available_at, created_at, pg_notify(%(channel)s, queue);
 
 -- insert_jobs --
--- Insert jobs given as parallel arrays in one statement, skip rows whose idempotency key is taken, and NOTIFY each queue that received a job (delivered at commit).
+-- Insert a batch of jobs, given as one JSON array of rows, in one statement; skip rows whose idempotency key is taken; NOTIFY each queue that received a job (delivered at commit). Returns the ids inserted and the database's now().
 WITH input AS (
-    SELECT *
-    FROM unnest(
-        %(ids)s::uuid[],
-        %(types)s::text[],
-        %(queues)s::text[],
-        %(payloads)s::text[],
-        %(keys)s::text[],
-        %(priorities)s::smallint[],
-        %(max_attempts)s::integer[],
-        %(delays)s::float8[],
-        %(run_ats)s::timestamptz[]
-    ) AS t(id, type, queue, payload, idempotency_key, priority, max_attempts, delay_seconds, run_at)
+    -- One JSON document rather than nine arrays: encoding it is one C call
+    -- in Python, and PostgreSQL parses it faster than it binds the arrays.
+    -- Row: [id, type, queue, payload, idempotency_key, priority,
+    --       max_attempts, delay_us, run_at]
+    SELECT
+        (row->>0)::uuid AS id,
+        row->>1 AS type,
+        row->>2 AS queue,
+        row->3 AS payload,
+        row->>4 AS idempotency_key,
+        (row->>5)::smallint AS priority,
+        (row->>6)::integer AS max_attempts,
+        (row->>7)::bigint AS delay_us,
+        (row->>8)::timestamptz AS run_at
+    FROM jsonb_array_elements(%(jobs)s::jsonb) AS row
 ),
 inserted AS (
     INSERT INTO durable_jobs_job (
@@ -42,10 +45,9 @@ inserted AS (
         max_attempts, available_at, created_at, updated_at, last_error, errors
     )
     SELECT
-        id, type, queue, payload::jsonb, idempotency_key, 'pending', priority, 0,
-        max_attempts,
+        id, type, queue, payload, idempotency_key, 'pending', priority, 0, max_attempts,
         -- The database's clock, the one the claim compares with.
-        COALESCE(run_at, now() + make_interval(secs => COALESCE(delay_seconds, 0))),
+        COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
         now(), now(), '', '[]'::jsonb
     FROM input
     -- Key order: concurrent batches sharing keys take them in the same
@@ -54,31 +56,30 @@ inserted AS (
     -- Waits for a concurrent insert of the same key to commit or roll back,
     -- so racing callers end with exactly one row.
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, queue, available_at, created_at
+    RETURNING id, queue
 ),
 notified AS (
     SELECT count(pg_notify(%(channel)s, queue)) AS n
     FROM (SELECT DISTINCT queue FROM inserted) AS queues
 )
--- Joining `notified` makes PostgreSQL evaluate it.
-SELECT inserted.id, inserted.available_at, inserted.created_at
+-- Joining `notified` makes PostgreSQL evaluate it; one row even when
+-- nothing was inserted (an aggregate over no rows).
+SELECT array_agg(inserted.id), now()
 FROM inserted CROSS JOIN notified;
 
 -- insert_jobs_unkeyed --
--- insert_jobs for a batch in which no job has an idempotency key: without ON CONFLICT, PostgreSQL inserts about twice as fast.
+-- insert_jobs for a batch in which no job has an idempotency key: without ON CONFLICT, PostgreSQL inserts about twice as fast, and every row is inserted, so only their count comes back.
 WITH input AS (
-    SELECT *
-    FROM unnest(
-        %(ids)s::uuid[],
-        %(types)s::text[],
-        %(queues)s::text[],
-        %(payloads)s::text[],
-        %(keys)s::text[],
-        %(priorities)s::smallint[],
-        %(max_attempts)s::integer[],
-        %(delays)s::float8[],
-        %(run_ats)s::timestamptz[]
-    ) AS t(id, type, queue, payload, idempotency_key, priority, max_attempts, delay_seconds, run_at)
+    SELECT
+        (row->>0)::uuid AS id,
+        row->>1 AS type,
+        row->>2 AS queue,
+        row->3 AS payload,
+        (row->>5)::smallint AS priority,
+        (row->>6)::integer AS max_attempts,
+        (row->>7)::bigint AS delay_us,
+        (row->>8)::timestamptz AS run_at
+    FROM jsonb_array_elements(%(jobs)s::jsonb) AS row
 ),
 inserted AS (
     INSERT INTO durable_jobs_job (
@@ -86,20 +87,17 @@ inserted AS (
         max_attempts, available_at, created_at, updated_at, last_error, errors
     )
     SELECT
-        id, type, queue, payload::jsonb, idempotency_key, 'pending', priority, 0,
-        max_attempts,
-        -- The database's clock, the one the claim compares with.
-        COALESCE(run_at, now() + make_interval(secs => COALESCE(delay_seconds, 0))),
+        id, type, queue, payload, NULL, 'pending', priority, 0, max_attempts,
+        COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
         now(), now(), '', '[]'::jsonb
     FROM input
-    RETURNING id, queue, available_at, created_at
+    RETURNING queue
 ),
 notified AS (
     SELECT count(pg_notify(%(channel)s, queue)) AS n
     FROM (SELECT DISTINCT queue FROM inserted) AS queues
 )
--- Joining `notified` makes PostgreSQL evaluate it.
-SELECT inserted.id, inserted.available_at, inserted.created_at
+SELECT count(*), now()
 FROM inserted CROSS JOIN notified;
 
 -- claim_jobs --

@@ -69,6 +69,25 @@ def test_delay_and_run_at_use_the_database_clock() -> None:
     )
 
 
+def test_enqueue_many_returns_what_the_database_stored() -> None:
+    at = datetime(2031, 5, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
+    results = enqueue_many(
+        [
+            {"type": "tests.bulk"},
+            {"type": "tests.bulk", "delay": 0.123457},
+            {"type": "tests.bulk", "delay": timedelta(days=3, microseconds=1)},
+            {"type": "tests.bulk", "run_at": at, "idempotency_key": "k-at"},
+            {"type": "tests.bulk", "payload": {"ü": ["✓", None]}, "queue": "q.1", "priority": -4},
+        ]
+    )
+    for result in results:
+        stored = Job.objects.get(pk=result.job.pk)
+        for field in ("type", "queue", "payload", "priority", "max_attempts",
+                      "idempotency_key", "status", "available_at", "created_at"):  # fmt: skip
+            assert getattr(result.job, field) == getattr(stored, field), field
+    assert results[3].job.available_at == at
+
+
 def test_unicode_and_nested_payloads_round_trip() -> None:
     payload = {"name": "Zoë ✓", "nested": {"list": [1, 2.5, None, True]}, "empty": {}}
     job = enqueue("tests.thing", payload).job

@@ -107,7 +107,10 @@ def test_defaults_come_from_the_handler_then_the_settings(clean_registry: None) 
     assert spec.payload == {}
 
 
-def test_delay_accepts_seconds_and_timedelta() -> None:
-    assert build_spec("t", delay=1.5).delay_seconds == 1.5
-    assert build_spec("t", delay=timedelta(minutes=2)).delay_seconds == 120
-    assert build_spec("t").delay_seconds is None
+def test_delay_accepts_seconds_and_timedelta_in_whole_microseconds() -> None:
+    assert build_spec("t", delay=1.5).delay_us == 1_500_000
+    assert build_spec("t", delay=timedelta(minutes=2)).delay_us == 120_000_000
+    assert build_spec("t", delay=timedelta(microseconds=7)).delay == timedelta(microseconds=7)
+    assert build_spec("t", delay=0.0000004).delay_us == 0
+    assert build_spec("t", delay=0.0000016).delay_us == 2
+    assert build_spec("t").delay_us is None
