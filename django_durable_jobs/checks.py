@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -64,7 +65,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     user = getattr(settings, SETTINGS_NAME, None)
     if user is None:
         return []
-    if not isinstance(user, dict):
+    if not isinstance(user, Mapping):
         return [
             checks.Error(
                 E004.format(name=SETTINGS_NAME, kind=type(user).__name__),

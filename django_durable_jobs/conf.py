@@ -18,6 +18,15 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from .constants import (
+    MAX_ATTEMPTS_LIMIT,
+    NOTIFY_CHANNEL_MAX_BYTES,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    QUEUE_MAX_LENGTH,
+    QUEUE_NAME_RE,
+)
+
 SETTINGS_NAME = "DURABLE_JOBS"
 
 
@@ -41,8 +50,29 @@ def _fraction(value: Any) -> bool:
     return _non_negative_number(value) and value <= 1
 
 
-def _non_empty_str(value: Any) -> bool:
-    return isinstance(value, str) and bool(value.strip())
+def _queue_name(value: Any) -> bool:
+    return (
+        isinstance(value, str)
+        and len(value) <= QUEUE_MAX_LENGTH
+        and QUEUE_NAME_RE.match(value) is not None
+    )
+
+
+def _priority(value: Any) -> bool:
+    return _int(value) and PRIORITY_MIN <= value <= PRIORITY_MAX
+
+
+def _max_attempts(value: Any) -> bool:
+    return _positive_int(value) and value <= MAX_ATTEMPTS_LIMIT
+
+
+def _channel(value: Any) -> bool:
+    return (
+        isinstance(value, str)
+        and bool(value.strip())
+        and len(value.encode()) <= NOTIFY_CHANNEL_MAX_BYTES
+        and "\x00" not in value
+    )
 
 
 @dataclass(frozen=True)
@@ -58,20 +88,20 @@ class Setting:
 SETTINGS: dict[str, Setting] = {
     "DEFAULT_QUEUE": Setting(
         "default",
-        _non_empty_str,
-        "a non-empty string",
+        _queue_name,
+        "a queue name (letters, digits, '_', '-' and '.')",
         "Queue for jobs whose handler and caller name none.",
     ),
     "DEFAULT_PRIORITY": Setting(
         0,
-        _int,
-        "an integer",
+        _priority,
+        f"an integer from {PRIORITY_MIN} to {PRIORITY_MAX}",
         "Priority for jobs whose handler and caller name none.",
     ),
     "DEFAULT_MAX_ATTEMPTS": Setting(
         5,
-        _positive_int,
-        "an integer >= 1",
+        _max_attempts,
+        f"an integer from 1 to {MAX_ATTEMPTS_LIMIT}",
         "Attempts before a failing job goes dead, unless the handler or caller says otherwise.",
     ),
     "BACKOFF_BASE_SECONDS": Setting(
@@ -118,8 +148,8 @@ SETTINGS: dict[str, Setting] = {
     ),
     "NOTIFY_CHANNEL": Setting(
         "durable_jobs",
-        _non_empty_str,
-        "a non-empty string",
+        _channel,
+        f"a non-empty string of at most {NOTIFY_CHANNEL_MAX_BYTES} bytes",
         "PostgreSQL NOTIFY channel that enqueue signals and workers listen on.",
     ),
 }

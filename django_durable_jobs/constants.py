@@ -7,6 +7,8 @@ works before the app registry is ready (for example from another app's
 
 from __future__ import annotations
 
+import re
+
 TYPE_MAX_LENGTH = 255
 QUEUE_MAX_LENGTH = 100
 IDEMPOTENCY_KEY_MAX_LENGTH = 255
@@ -18,6 +20,15 @@ PRIORITY_MAX = 32767
 # Stored in an int; far past anything sensible, but bounded so that bad
 # input is an error here rather than an overflow in the database.
 MAX_ATTEMPTS_LIMIT = 1_000_000
+
+# Letters, digits, "_", "-" and "."; no ",", ":" or spaces, which the
+# worker's `--queues emails:4,default` syntax uses as separators.
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+# A delay longer than this is surely a unit mistake (milliseconds for
+# seconds); it also keeps available_at far inside PostgreSQL's range.
+MAX_DELAY_SECONDS = 100 * 365 * 24 * 3600
+# PostgreSQL truncates identifiers, channel names included, at 63 bytes.
+NOTIFY_CHANNEL_MAX_BYTES = 63
 
 #: Names of the indexes and constraints; tests and the SQL refer to them.
 CLAIM_INDEX = "durable_jobs_claim_idx"

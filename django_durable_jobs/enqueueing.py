@@ -65,7 +65,7 @@ class EnqueueResult:
 
 def enqueue(
     type: str,
-    payload: Mapping[str, Any] | None = None,
+    payload: dict[str, Any] | None = None,
     *,
     idempotency_key: str | None = None,
     queue: str | None = None,
@@ -209,7 +209,7 @@ def _job_from_spec(
         job_id,  # id
         spec.type,
         spec.queue,
-        spec.payload,
+        spec.stored_payload(),  # not the caller's dict, which they may mutate
         spec.idempotency_key,
         JobStatus.PENDING,
         spec.priority,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -19,16 +18,14 @@ from django.utils import timezone
 from .constants import (
     IDEMPOTENCY_KEY_MAX_LENGTH,
     MAX_ATTEMPTS_LIMIT,
+    MAX_DELAY_SECONDS,
     PRIORITY_MAX,
     PRIORITY_MIN,
     QUEUE_MAX_LENGTH,
+    QUEUE_NAME_RE,
     TYPE_MAX_LENGTH,
 )
 from .exceptions import InvalidJob
-
-# Letters, digits, "_", "-" and "."; no ",", ":" or spaces, which the
-# worker's `--queues emails:4,default` syntax uses as separators.
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 
 def _is_int(value: Any) -> bool:
@@ -63,6 +60,8 @@ def validate_type(value: Any) -> str:
     if value.__class__ is str and value in _VALID_TYPES:
         return value
     _text("type", value, TYPE_MAX_LENGTH)
+    if value != value.strip():
+        raise InvalidJob("type", f"{value!r} must not start or end with whitespace.")
     _remember(_VALID_TYPES, value)
     return str(value)
 
@@ -145,6 +144,10 @@ def validate_delay(value: Any) -> int | None:
         raise InvalidJob("delay", "must be finite.")
     if seconds < 0:
         raise InvalidJob("delay", f"must not be negative (got {seconds} s).")
+    if seconds > MAX_DELAY_SECONDS:
+        raise InvalidJob(
+            "delay", f"must be at most {MAX_DELAY_SECONDS} s (100 years), got {seconds} s."
+        )
     if isinstance(value, timedelta):
         return value // timedelta(microseconds=1)
     return round(seconds * 1_000_000)
@@ -189,14 +192,22 @@ class JobSpec(NamedTuple):
         relative to the moment of each call, so a retried call never
         repeats it exactly.
         """
-        differ = [
+        return [
             name
-            for name in ("type", "queue", "priority", "max_attempts")
-            if getattr(self, name) != getattr(job, name)
+            for name, mine in (
+                ("type", self.type),
+                ("queue", self.queue),
+                ("payload", self.stored_payload()),
+                ("priority", self.priority),
+                ("max_attempts", self.max_attempts),
+            )
+            if mine != getattr(job, name)
         ]
-        if json.loads(self.payload_json) != job.payload:
-            differ.insert(1, "payload")
-        return differ
+
+    def stored_payload(self) -> dict[str, Any]:
+        """The payload as the database holds it (JSON keys are strings, tuples lists)."""
+        payload: dict[str, Any] = json.loads(self.payload_json)
+        return payload
 
 
 class Defaults(NamedTuple):

@@ -139,6 +139,20 @@ def test_same_key_with_other_parameters_is_a_conflict(
     assert Job.objects.count() == 1
 
 
+def test_the_returned_payload_is_the_stored_one_not_the_callers_dict() -> None:
+    payload = {1: "a", "t": (1, 2)}
+    job = enqueue("tests.thing", payload).job
+    payload["t"] = "changed"
+    assert job.payload == {"1": "a", "t": [1, 2]} == Job.objects.get(pk=job.pk).payload
+
+
+def test_conflict_lists_differences_in_a_stable_order() -> None:
+    enqueue("tests.thing", {"n": 1}, idempotency_key="order")
+    with pytest.raises(IdempotencyConflict) as excinfo:
+        enqueue("tests.thing", {"n": 2}, idempotency_key="order", priority=9, queue="q")
+    assert excinfo.value.differences == ["queue", "payload", "priority"]
+
+
 def test_payloads_compare_as_stored_json() -> None:
     enqueue("tests.thing", {"a": 1, "b": [1, 2]}, idempotency_key="json-eq")
     assert enqueue("tests.thing", {"b": [1, 2], "a": 1}, idempotency_key="json-eq").created is False

@@ -24,6 +24,7 @@ from django_durable_jobs.validation import build_spec
         ({"type": None}, "type", "must be a string"),
         ({"type": "x" * 256}, "type", "at most 255"),
         ({"type": "a\x00b"}, "type", "NUL"),
+        ({"type": " padded "}, "type", "whitespace"),
         ({"type": "t", "payload": [1, 2]}, "payload", "JSON object"),
         ({"type": "t", "payload": "text"}, "payload", "JSON object"),
         ({"type": "t", "payload": {"when": datetime.now(timezone.utc)}}, "payload", "JSON"),
@@ -32,6 +33,8 @@ from django_durable_jobs.validation import build_spec
         ({"type": "t", "delay": -1}, "delay", "negative"),
         ({"type": "t", "delay": timedelta(seconds=-1)}, "delay", "negative"),
         ({"type": "t", "delay": math.inf}, "delay", "finite"),
+        ({"type": "t", "delay": 1e12}, "delay", "at most"),
+        ({"type": "t", "delay": timedelta(days=365 * 200)}, "delay", "at most"),
         ({"type": "t", "delay": "5"}, "delay", "timedelta or a number"),
         ({"type": "t", "delay": True}, "delay", "timedelta or a number"),
         ({"type": "t", "run_at": datetime(2030, 1, 1)}, "run_at", "timezone-aware"),
@@ -63,6 +66,16 @@ def test_enqueue_rejects_bad_arguments_before_the_database(
     assert excinfo.value.field == field
     assert message in str(excinfo.value)
     assert isinstance(excinfo.value, ValueError)
+
+
+def test_settings_defaults_are_validated_when_read() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    with (
+        override_settings(DURABLE_JOBS={"DEFAULT_QUEUE": "bad queue"}),
+        pytest.raises(ImproperlyConfigured, match="DEFAULT_QUEUE"),
+    ):
+        enqueue("t")
 
 
 def test_naive_run_at_is_accepted_without_use_tz() -> None:
