@@ -79,6 +79,10 @@ def main() -> None:
         cursor.execute("SELECT version()")
         print(cursor.fetchone()[0])
     print(f"N={args.n} batch={args.batch} repeat={args.repeat} (median, best)")
+    # Warm up: the connection, the plan caches, the table's pages.
+    single(1_000)
+    bulk(5_000, args.batch, keyed=True)
+    Job.objects.filter(type=TYPE).delete()
     try:
         for name, run in (
             ("enqueue, one job per transaction", lambda: single(args.n)),
