@@ -17,3 +17,6 @@ DATABASES = {
     **DATABASES,  # noqa: F405
     "sqlite": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
 }
+
+# Test handlers and the Execution table that counts their runs.
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]  # noqa: F405

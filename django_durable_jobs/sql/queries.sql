@@ -118,11 +118,12 @@ SET status = 'running',
     started_at = now(),
     updated_at = now(),
     lease_holder = %(worker_id)s,
-    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s::float8),
     lease_token = gen_random_uuid()
 FROM candidates
 WHERE job.id = candidates.id
-RETURNING job.*;
+RETURNING job.id, job.type, job.queue, job.payload, job.attempts, job.max_attempts,
+    job.lease_token, job.available_at, job.started_at, job.idempotency_key;
 
 -- claim_jobs_in_queues --
 -- Claim up to %(limit)s runnable jobs from the given queues; otherwise the same as claim_jobs.
@@ -140,8 +141,119 @@ SET status = 'running',
     started_at = now(),
     updated_at = now(),
     lease_holder = %(worker_id)s,
-    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s::float8),
     lease_token = gen_random_uuid()
 FROM candidates
 WHERE job.id = candidates.id
-RETURNING job.*;
+RETURNING job.id, job.type, job.queue, job.payload, job.attempts, job.max_attempts,
+    job.lease_token, job.available_at, job.started_at, job.idempotency_key;
+
+-- finish_jobs --
+-- Record the outcomes of a batch of attempts in one statement. Each outcome is fenced by its claim's lease token: an outcome from a worker whose lease was reaped (and maybe claimed again) matches no row and changes nothing. Returns the ids written.
+WITH outcome AS (
+    -- Row: [id, lease_token, status, result, delay_us, run_at, last_error,
+    --       error_entry, release]
+    SELECT
+        (o->>0)::uuid AS id,
+        (o->>1)::uuid AS token,
+        o->>2 AS status,
+        NULLIF(o->3, 'null'::jsonb) AS result,
+        (o->>4)::bigint AS delay_us,
+        (o->>5)::timestamptz AS run_at,
+        o->>6 AS last_error,
+        NULLIF(o->7, 'null'::jsonb) AS error_entry,
+        (o->>8)::boolean AS release
+    FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
+)
+UPDATE durable_jobs_job AS job
+SET status = outcome.status,
+    result = CASE WHEN outcome.status = 'completed' THEN outcome.result ELSE job.result END,
+    completed_at = CASE WHEN outcome.status IN ('completed', 'dead') THEN now() END,
+    available_at = CASE
+        WHEN outcome.status = 'pending'
+        THEN COALESCE(outcome.run_at, now() + COALESCE(outcome.delay_us, 0) * interval '1 microsecond')
+        ELSE job.available_at
+    END,
+    -- A release (shutdown) gives the attempt back: it never really ran.
+    attempts = CASE WHEN outcome.release THEN job.attempts - 1 ELSE job.attempts END,
+    last_error = COALESCE(outcome.last_error, job.last_error),
+    errors = CASE
+        WHEN outcome.error_entry IS NULL THEN job.errors
+        -- Append, keeping only the newest %(history_limit)s entries.
+        ELSE (
+            SELECT jsonb_agg(entry ORDER BY position)
+            FROM jsonb_array_elements(job.errors || jsonb_build_array(outcome.error_entry))
+                WITH ORDINALITY AS history(entry, position)
+            WHERE position > jsonb_array_length(job.errors) + 1 - %(history_limit)s
+        )
+    END,
+    lease_holder = NULL,
+    lease_expires_at = NULL,
+    lease_token = NULL,
+    updated_at = now()
+FROM outcome
+WHERE job.id = outcome.id AND job.lease_token = outcome.token AND job.status = 'running'
+RETURNING job.id;
+
+-- extend_leases --
+-- Heartbeat: push back the lease expiry of the jobs this worker still holds (matched by lease token). Returns the ids extended; a held job missing from them was reaped.
+UPDATE durable_jobs_job AS job
+SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s::float8)
+FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS held(id, token)
+WHERE job.id = held.id AND job.lease_token = held.token AND job.status = 'running'
+RETURNING job.id;
+
+-- reap_jobs --
+-- Return running jobs whose lease expired (their worker died or hung) to pending with backoff, or to dead when out of attempts. A transaction-level advisory lock lets one reaper work at a time; the others skip.
+WITH reaper AS (
+    SELECT pg_try_advisory_xact_lock(%(lock_key)s) AS acquired
+),
+expired AS (
+    SELECT id
+    FROM durable_jobs_job
+    WHERE status = 'running' AND lease_expires_at < now()
+        AND (SELECT acquired FROM reaper)
+    ORDER BY lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE durable_jobs_job AS job
+SET status = CASE WHEN job.attempts >= job.max_attempts THEN 'dead' ELSE 'pending' END,
+    completed_at = CASE WHEN job.attempts >= job.max_attempts THEN now() END,
+    available_at = CASE
+        WHEN job.attempts >= job.max_attempts THEN job.available_at
+        ELSE now() + make_interval(secs => LEAST(
+            %(backoff_cap)s::float8,
+            LEAST(%(backoff_cap)s::float8, %(backoff_base)s::float8 * power(2, LEAST(job.attempts - 1, 1000)))
+                * (1 + %(backoff_jitter)s::float8 * (2 * random() - 1))
+        ))
+    END,
+    last_error = format(
+        'Abandoned: the lease of worker %%s expired at %%s (the worker died, hung or lost its database connection).',
+        job.lease_holder, job.lease_expires_at
+    ),
+    errors = (
+        SELECT jsonb_agg(entry ORDER BY position)
+        FROM jsonb_array_elements(job.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', job.attempts,
+            'at', now(),
+            'error', format('Abandoned: the lease of worker %%s expired', job.lease_holder),
+            'exception', 'django_durable_jobs.LeaseExpired',
+            'traceback', '',
+            'worker', job.lease_holder
+        ))) WITH ORDINALITY AS history(entry, position)
+        WHERE position > jsonb_array_length(job.errors) + 1 - %(history_limit)s
+    ),
+    lease_holder = NULL,
+    lease_expires_at = NULL,
+    lease_token = NULL,
+    updated_at = now()
+FROM expired
+WHERE job.id = expired.id
+RETURNING job.id, job.type, job.status, job.attempts, job.last_error;
+
+-- next_available_at --
+-- When the next pending job in these queues (NULL: all) becomes runnable, so an idle worker can sleep until then instead of a full poll interval.
+SELECT min(available_at)
+FROM durable_jobs_job
+WHERE status = 'pending' AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]));

@@ -1,0 +1,143 @@
+"""Write attempts' outcomes in batches, off the handlers' threads.
+
+Handlers hand their outcome over and take the next job at once; this
+thread writes whatever has accumulated in one fenced ``finish_jobs``
+statement, then the next batch. Under load the batches grow by themselves
+(as a group commit does); when idle an outcome is written immediately.
+One connection does the bookkeeping of every handler thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
+
+from .. import db
+from .outcomes import Outcome
+
+logger = logging.getLogger("django_durable_jobs.worker")
+
+MAX_BATCH = 1_000
+# Connection trouble: wait this long, doubling, up to the cap.
+RETRY_BASE_SECONDS = 0.1
+RETRY_CAP_SECONDS = 5.0
+
+
+class Completer:
+    def __init__(
+        self,
+        alias: str,
+        history_limit: int,
+        on_written: Callable[[list[Outcome], set[uuid.UUID]], None],
+    ) -> None:
+        self._alias = alias
+        self._history_limit = history_limit
+        self._on_written = on_written
+        self._pending: list[Outcome] = []
+        self._writing = 0
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(
+            target=self._run, name="durable-jobs-completer", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, outcome: Outcome) -> None:
+        with self._cond:
+            self._pending.append(outcome)
+            self._cond.notify_all()
+
+    def backlog(self) -> int:
+        """Outcomes handed over but not yet written."""
+        with self._cond:
+            return len(self._pending) + self._writing
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every outcome submitted so far is written; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._pending or self._writing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def stop(self, timeout: float) -> bool:
+        written = self.flush(timeout)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout=1.0)
+        return written
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._pending and not self._stopping:
+                        self._cond.wait()
+                    if self._stopping and not self._pending:
+                        return
+                    batch = self._pending[:MAX_BATCH]
+                    del self._pending[:MAX_BATCH]
+                    self._writing = len(batch)
+                written = self._write(batch)
+                with self._cond:
+                    self._writing = 0
+                    self._cond.notify_all()
+                self._on_written(batch, written)
+        finally:
+            connections[self._alias].close()
+
+    def _write(self, batch: list[Outcome]) -> set[uuid.UUID]:
+        """Write ``batch``; retry through connection trouble, never drop it silently."""
+        delay = RETRY_BASE_SECONDS
+        while True:
+            try:
+                return self._finish(batch)
+            except (OperationalError, InterfaceError) as exc:
+                logger.warning(
+                    "Could not record %s outcome(s), retrying in %.1fs: %s", len(batch), delay, exc
+                )
+                connections[self._alias].close()
+                if self._stopping and delay >= RETRY_CAP_SECONDS:
+                    logger.error(
+                        "Giving up on %s outcome(s) at shutdown; their leases will expire "
+                        "and the reaper will retry them.",
+                        len(batch),
+                    )
+                    return set()
+                time.sleep(delay)
+                delay = min(RETRY_CAP_SECONDS, delay * 2)
+            except DatabaseError:
+                if len(batch) == 1:
+                    logger.exception(
+                        "Could not record the outcome of job %s; its lease will expire "
+                        "and the reaper will retry it.",
+                        batch[0].job_id,
+                    )
+                    return set()
+                # Isolate the row the database refuses from the others.
+                written: set[uuid.UUID] = set()
+                for outcome in batch:
+                    written |= self._write([outcome])
+                return written
+
+    def _finish(self, batch: list[Outcome]) -> set[uuid.UUID]:
+        rows = db.execute(
+            self._alias,
+            "finish_jobs",
+            {
+                "outcomes": "[" + ",".join(o.json_row() for o in batch) + "]",
+                "history_limit": self._history_limit,
+            },
+        )
+        return {row[0] for row in rows}

@@ -1,0 +1,206 @@
+"""Run one job's handler and turn what happened into an ``Outcome``.
+
+The only place that catches broad exceptions: a handler's exception is a
+failed attempt, never a crash of the worker. ``KeyboardInterrupt`` and
+``SystemExit`` are not failures: the job is given back and the worker
+shuts down, as the handler asked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from json.encoder import encode_basestring as _json_str
+
+from django.db import close_old_connections
+
+from ..backoff import retry_delay
+from ..context import JobContext
+from ..exceptions import Discard, Retry
+from ..models import JobStatus
+from ..registry import registry
+from .claimed import ClaimedJob
+from .outcomes import Outcome, release
+
+logger = logging.getLogger("django_durable_jobs.worker")
+
+_RESULT_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+# Bounds on what one failure stores, so a huge message cannot bloat a row.
+MAX_ERROR_CHARS = 2_000
+MAX_TRACEBACK_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    base: float
+    cap: float
+    jitter: float
+
+
+class StopWorker(Exception):
+    """Raised by ``execute`` after giving back a job whose handler raised
+    ``KeyboardInterrupt`` or ``SystemExit``: the worker must shut down."""
+
+    def __init__(self, outcome: Outcome, cause: BaseException) -> None:
+        super().__init__(f"handler raised {type(cause).__name__}")
+        self.outcome = outcome
+        self.cause = cause
+
+
+def execute(job: ClaimedJob, worker_id: str, policy: RetryPolicy) -> Outcome:
+    """Run ``job``'s handler once; return the outcome to record."""
+    log_fields = {
+        "job_id": str(job.id),
+        "job_type": job.type,
+        "queue": job.queue,
+        "attempt": job.attempt,
+        "worker_id": worker_id,
+    }
+    handler = registry.get(job.type)
+    if handler is None:
+        message = (
+            f"No handler is registered for job type {job.type!r} in worker {worker_id}: "
+            "declare it with @job in an installed app's jobs module."
+        )
+        logger.error(
+            "Job dead id=%s type=%s attempt=%s worker=%s: no handler",
+            job.id, job.type, job.attempt, worker_id, extra=log_fields,
+        )  # fmt: skip
+        return _dead(job, worker_id, message, "django_durable_jobs.UnknownJobType", "")
+
+    ctx = JobContext(
+        id=job.id,
+        type=job.type,
+        queue=job.queue,
+        payload=job.payload,
+        attempt=job.attempt,
+        max_attempts=job.max_attempts,
+        worker_id=worker_id,
+        idempotency_key=job.idempotency_key,
+    )
+    started = time.perf_counter()
+    # Handlers that use the ORM get this thread's own connection; drop it if
+    # it is broken or past CONN_MAX_AGE, as Django does around a request.
+    close_old_connections()
+    try:
+        value = handler.func(ctx)
+    except Discard as exc:
+        outcome = _dead(job, worker_id, *_describe(exc))
+        logger.error(
+            "Job discarded id=%s type=%s attempt=%s worker=%s duration=%.3f: %s",
+            job.id, job.type, job.attempt, worker_id, time.perf_counter() - started, exc,
+            extra={**log_fields, "duration": time.perf_counter() - started},
+        )  # fmt: skip
+        return outcome
+    except Retry as exc:
+        return _retry(job, worker_id, policy, exc, started, log_fields, requested=exc.after)
+    except Exception as exc:
+        return _retry(job, worker_id, policy, exc, started, log_fields, requested=None)
+    except BaseException as exc:  # KeyboardInterrupt, SystemExit: not the job's failure
+        logger.warning(
+            "Handler raised %s id=%s type=%s attempt=%s worker=%s: giving the job back and "
+            "shutting down",
+            type(exc).__name__, job.id, job.type, job.attempt, worker_id, extra=log_fields,
+        )  # fmt: skip
+        raise StopWorker(release(job.id, job.lease_token), exc) from exc
+    finally:
+        close_old_connections()
+
+    duration = time.perf_counter() - started
+    try:
+        result_json = _RESULT_ENCODER.encode(value)
+    except (TypeError, ValueError) as exc:
+        # The work is done; running it again to get a storable result would
+        # repeat its side effects. Keep the job completed, say why no result.
+        logger.warning(
+            "Job result not stored id=%s type=%s: not JSON-serialisable (%s)",
+            job.id, job.type, exc, extra=log_fields,
+        )  # fmt: skip
+        result_json = "null"
+    logger.info(
+        "Job completed id=%s type=%s attempt=%s worker=%s duration=%.3f",
+        job.id, job.type, job.attempt, worker_id, duration,
+        extra={**log_fields, "duration": duration},
+    )  # fmt: skip
+    return Outcome(job.id, job.lease_token, JobStatus.COMPLETED, result_json=result_json)
+
+
+def _describe(exc: BaseException) -> tuple[str, str, str]:
+    """(message, exception class path, traceback), each bounded in size."""
+    kind = type(exc)
+    path = f"{kind.__module__}.{kind.__qualname__}"
+    message = f"{path}: {exc}"[:MAX_ERROR_CHARS]
+    tb = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+    if len(tb) > MAX_TRACEBACK_CHARS:
+        tb = "...\n" + tb[-MAX_TRACEBACK_CHARS:]
+    return message, path, tb
+
+
+def _error_entry(job: ClaimedJob, worker_id: str, message: str, path: str, tb: str) -> str:
+    now = datetime.now(dt_timezone.utc).isoformat()
+    return (
+        f'{{"attempt":{job.attempt},"at":"{now}","error":{_json_str(message)},'
+        f'"exception":{_json_str(path)},"traceback":{_json_str(tb)},'
+        f'"worker":{_json_str(worker_id)}}}'
+    )
+
+
+def _dead(job: ClaimedJob, worker_id: str, message: str, path: str, tb: str) -> Outcome:
+    return Outcome(
+        job.id,
+        job.lease_token,
+        JobStatus.DEAD,
+        last_error=f"{message}\n\n{tb}" if tb else message,
+        error_entry_json=_error_entry(job, worker_id, message, path, tb),
+        kind="dead",
+    )
+
+
+def _retry(
+    job: ClaimedJob,
+    worker_id: str,
+    policy: RetryPolicy,
+    exc: Exception,
+    started: float,
+    log_fields: dict[str, object],
+    requested: timedelta | float | datetime | None,
+) -> Outcome:
+    duration = time.perf_counter() - started
+    message, path, tb = _describe(exc)
+    fields = {**log_fields, "duration": duration, "error": message}
+    if job.attempt >= job.max_attempts:
+        logger.error(
+            "Job dead id=%s type=%s attempt=%s/%s worker=%s duration=%.3f: %s",
+            job.id, job.type, job.attempt, job.max_attempts, worker_id, duration, message,
+            extra=fields,
+        )  # fmt: skip
+        return _dead(job, worker_id, message, path, tb)
+    run_at: datetime | None = None
+    if isinstance(requested, datetime):
+        run_at, delay = requested, None
+    elif isinstance(requested, timedelta):
+        delay = max(0.0, requested.total_seconds())
+    elif isinstance(requested, (int, float)) and not isinstance(requested, bool):
+        delay = max(0.0, float(requested))
+    else:
+        delay = retry_delay(job.attempt, base=policy.base, cap=policy.cap, jitter=policy.jitter)
+    logger.warning(
+        "Job retry id=%s type=%s attempt=%s/%s worker=%s duration=%.3f in=%s: %s",
+        job.id, job.type, job.attempt, job.max_attempts, worker_id, duration,
+        run_at.isoformat() if run_at else f"{delay:.3f}s", message, extra=fields,
+    )  # fmt: skip
+    return Outcome(
+        job.id,
+        job.lease_token,
+        JobStatus.PENDING,
+        delay_us=None if delay is None else round(delay * 1_000_000),
+        run_at=run_at,
+        last_error=f"{message}\n\n{tb}",
+        error_entry_json=_error_entry(job, worker_id, message, path, tb),
+        kind="failed",
+    )

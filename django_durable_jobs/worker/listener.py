@@ -1,0 +1,78 @@
+"""The LISTEN connection: wakes an idle worker as soon as a job is enqueued.
+
+Enqueue sends ``NOTIFY <channel>, '<queue>'`` in its transaction, so the
+notification arrives at commit. Notifications can be missed (while this
+connection reconnects, for example), which is why the worker also polls.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from django.db import connections
+
+logger = logging.getLogger("django_durable_jobs.worker")
+
+RECONNECT_BASE_SECONDS = 0.5
+RECONNECT_CAP_SECONDS = 30.0
+
+
+def connection_params(alias: str) -> dict[str, Any]:
+    """psycopg.connect() arguments for Django's database ``alias``."""
+    params = dict(connections[alias].get_connection_params())
+    for django_only in ("cursor_factory", "context", "prepare_threshold", "server_side_binding"):
+        params.pop(django_only, None)
+    return params
+
+
+class Listener:
+    def __init__(
+        self, alias: str, channel: str, queues: frozenset[str] | None, wake: Callable[[], None]
+    ) -> None:
+        self._params = connection_params(alias)
+        self._channel = channel
+        self._queues = queues
+        self._wake = wake
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="durable-jobs-listener", daemon=True)
+        self.connected = threading.Event()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+
+    def _run(self) -> None:
+        delay = RECONNECT_BASE_SECONDS
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(**self._params, autocommit=True) as conn:
+                    conn.execute(
+                        psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self._channel))
+                    )
+                    if delay > RECONNECT_BASE_SECONDS:
+                        logger.info("Listening again on channel %s", self._channel)
+                    delay = RECONNECT_BASE_SECONDS
+                    self.connected.set()
+                    # Whatever was enqueued while we were not listening.
+                    self._wake()
+                    while not self._stop.is_set():
+                        for notify in conn.notifies(timeout=1.0):
+                            if self._queues is None or notify.payload in self._queues:
+                                self._wake()
+            except psycopg.Error as exc:
+                self.connected.clear()
+                if self._stop.is_set():
+                    return
+                logger.warning(
+                    "LISTEN connection lost (%s); reconnecting in %.1fs, polling meanwhile",
+                    exc, delay,
+                )  # fmt: skip
+                self._stop.wait(delay)
+                delay = min(RECONNECT_CAP_SECONDS, delay * 2)

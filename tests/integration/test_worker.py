@@ -1,0 +1,429 @@
+"""The worker, in this process, against the real PostgreSQL.
+
+Real commits are needed (the worker's threads use their own connections),
+hence ``transaction=True`` throughout.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from django_durable_jobs import db as gateway
+from django_durable_jobs import enqueue, enqueue_many
+from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.worker import Worker, WorkerConfig
+from django_durable_jobs.worker.maintenance import REAPER_LOCK_KEY, Maintenance
+from django_durable_jobs.worker.outcomes import Outcome, release
+from tests.testapp.models import Execution
+
+from .helpers import new_connection
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("fast_backoff"),
+]
+
+
+@pytest.fixture
+def fast_backoff():  # type: ignore[no-untyped-def]
+    with override_settings(
+        DURABLE_JOBS={"BACKOFF_BASE_SECONDS": 0.01, "BACKOFF_MAX_SECONDS": 0.05}
+    ):
+        yield
+
+
+def config(**overrides: object) -> WorkerConfig:
+    values: dict[str, object] = {
+        "burst": True,
+        "concurrency": 4,
+        "poll_interval": 0.05,
+        "lease_seconds": 5.0,
+        "grace_period": 5.0,
+        "install_signal_handlers": False,
+        "worker_id": f"test-{uuid.uuid4().hex[:6]}",
+    }
+    values.update(overrides)
+    return WorkerConfig(**values)  # type: ignore[arg-type]
+
+
+def drain(**overrides: object) -> Worker:
+    """Run a burst worker until nothing runnable is left (retries included)."""
+    worker = Worker(config(**overrides))
+    assert worker.run() == 0
+    return worker
+
+
+def drain_until_settled(timeout: float = 20, **overrides: object) -> None:
+    """Burst workers again until no job is pending or running (retries wait a little)."""
+    deadline = time.monotonic() + timeout
+    while Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING]).exists():
+        assert time.monotonic() < deadline, list(Job.objects.values("type", "status"))
+        drain(**overrides)
+        time.sleep(0.02)
+
+
+def test_jobs_complete_with_their_results() -> None:
+    results = enqueue_many([{"type": "example.echo", "payload": {"n": i}} for i in range(20)])
+    worker = drain()
+    assert worker.claimed == 20
+    for result in results:
+        job = Job.objects.get(pk=result.job.pk)
+        assert job.status == JobStatus.COMPLETED
+        assert job.result == {"n": result.job.payload["n"]}
+        assert job.attempts == 1
+        assert job.completed_at is not None and job.started_at is not None
+        assert job.lease_token is None and job.lease_holder is None
+        assert job.lease_expires_at is None
+
+
+def test_a_flaky_job_completes_on_the_attempt_it_should() -> None:
+    job = enqueue("tests.fail_until", {"succeed_on": 3}).job
+    drain_until_settled()
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.result) == (JobStatus.COMPLETED, 3, 3)
+    assert [e["attempt"] for e in job.errors] == [1, 2]
+    assert job.errors[0]["exception"] == "builtins.ValueError"
+    assert "attempt 1 fails" in job.errors[0]["error"]
+    assert "Traceback" in job.errors[0]["traceback"]
+    runs = Execution.objects.filter(job_id=job.pk).order_by("attempt")
+    assert list(runs.values_list("attempt", flat=True)) == [1, 2, 3]
+
+
+def test_a_failing_job_is_dead_after_max_attempts_with_its_history() -> None:
+    job = enqueue("tests.fail_until", {"succeed_on": 99}, max_attempts=3).job
+    drain_until_settled()
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.DEAD, 3)
+    assert [e["attempt"] for e in job.errors] == [1, 2, 3]
+    assert job.last_error.startswith("builtins.ValueError: attempt 3 fails")
+    assert "Traceback" in job.last_error
+    assert job.completed_at is not None
+    assert Execution.objects.filter(job_id=job.pk).count() == 3
+
+
+def test_retries_wait_with_growing_jittered_backoff() -> None:
+    with override_settings(
+        DURABLE_JOBS={"BACKOFF_BASE_SECONDS": 10.0, "BACKOFF_MAX_SECONDS": 1000.0}
+    ):
+        jobs = [enqueue("tests.fail_until", {"succeed_on": 99}).job for _ in range(20)]
+        drain()
+    delays = []
+    for job in jobs:
+        job.refresh_from_db()
+        assert job.status == JobStatus.PENDING
+        # Not claimed again: it waits for its backoff.
+        assert job.attempts == 1
+        delays.append((job.available_at - job.updated_at).total_seconds())
+    assert all(9.0 <= d <= 11.0 for d in delays), delays
+    assert len({round(d, 3) for d in delays}) > 10  # jitter spreads them
+
+
+def test_the_error_history_is_bounded() -> None:
+    with override_settings(
+        DURABLE_JOBS={
+            "BACKOFF_BASE_SECONDS": 0.001,
+            "BACKOFF_MAX_SECONDS": 0.001,
+            "ERROR_HISTORY_LIMIT": 3,
+        }
+    ):
+        job = enqueue("tests.fail_until", {"succeed_on": 99}, max_attempts=6).job
+        drain_until_settled()
+    job.refresh_from_db()
+    assert job.status == JobStatus.DEAD
+    assert [e["attempt"] for e in job.errors] == [4, 5, 6]
+
+
+def test_discard_sends_the_job_to_dead_at_once() -> None:
+    job = enqueue("tests.discard").job
+    drain()
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.DEAD, 1)
+    assert "not worth retrying" in job.last_error
+    assert job.errors[0]["exception"] == "django_durable_jobs.exceptions.Discard"
+
+
+def test_retry_reschedules_the_job_when_asked() -> None:
+    job = enqueue("tests.retry_later", {"after": 300}).job
+    drain()
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.PENDING, 1)
+    assert timedelta(seconds=299) < job.available_at - job.updated_at < timedelta(seconds=301)
+
+
+def test_an_unregistered_type_goes_dead_with_a_clear_error() -> None:
+    job = enqueue("nobody.handles.this").job
+    drain()
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.DEAD, 1)
+    assert "No handler is registered for job type 'nobody.handles.this'" in job.last_error
+
+
+def test_an_unserialisable_result_completes_without_a_result() -> None:
+    job = enqueue("tests.unserialisable").job
+    drain()
+    job.refresh_from_db()
+    assert (job.status, job.result) == (JobStatus.COMPLETED, None)
+
+
+def test_system_exit_in_a_handler_gives_the_job_back_and_stops_the_worker() -> None:
+    job = enqueue("tests.exit").job
+    worker = Worker(config(burst=False))
+    assert worker.run() == 0  # stopped by the handler, not by a timeout
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.last_error) == (JobStatus.PENDING, 0, "")
+    assert job.lease_token is None
+
+
+def test_priority_order_then_oldest_first() -> None:
+    low = enqueue("tests.record", priority=-5).job
+    first = enqueue("tests.record", priority=10).job
+    second = enqueue("tests.record", priority=10).job
+    normal = enqueue("tests.record").job
+    drain(concurrency=1)
+    order = list(Execution.objects.order_by("at", "id").values_list("job_id", flat=True))
+    assert order == [first.pk, second.pk, normal.pk, low.pk]
+
+
+def test_delayed_jobs_do_not_run_early() -> None:
+    later = enqueue("tests.record", delay=timedelta(minutes=10)).job
+    soon = enqueue("tests.record", delay=0.3).job
+    started = time.monotonic()
+    worker = Worker(config(burst=False, poll_interval=5.0))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not Execution.objects.filter(job_id=soon.pk).exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        # Woken for the due job although the poll interval is 5 s.
+        assert 0.25 < time.monotonic() - started < 2.0
+        assert not Execution.objects.filter(job_id=later.pk).exists()
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert Job.objects.get(pk=later.pk).status == JobStatus.PENDING
+
+
+def test_workers_serve_only_their_queues() -> None:
+    emails = enqueue("tests.record", queue="emails").job
+    reports = enqueue("tests.record", queue="reports").job
+    drain(queues=frozenset({"emails"}))
+    assert Job.objects.get(pk=emails.pk).status == JobStatus.COMPLETED
+    assert Job.objects.get(pk=reports.pk).status == JobStatus.PENDING
+    drain(queues=frozenset({"reports", "other"}))
+    assert Job.objects.get(pk=reports.pk).status == JobStatus.COMPLETED
+
+
+def test_never_claims_more_than_free_slots() -> None:
+    enqueue_many([{"type": "tests.record", "payload": {"sleep": 0.05}}] * 30)
+    sizes: list[int] = []
+    original = gateway.execute
+
+    def spy(using: str, name: str, params: dict[str, object]) -> list[tuple[object, ...]]:
+        rows = original(using, name, params)
+        if name.startswith("claim_jobs"):
+            assert params["limit"] <= 3
+            sizes.append(len(rows))
+        return rows
+
+    gateway.execute = spy  # type: ignore[assignment]
+    try:
+        drain(concurrency=3)
+    finally:
+        gateway.execute = original  # type: ignore[assignment]
+    assert sum(sizes) == 30
+    assert max(sizes) <= 3
+
+
+# --- fencing, leases, reaper ------------------------------------------------
+
+
+def claim_directly(worker_id: str, lease_seconds: float = 30.0) -> tuple[uuid.UUID, uuid.UUID]:
+    (row,) = gateway.execute(
+        "default",
+        "claim_jobs",
+        {"limit": 1, "worker_id": worker_id, "lease_seconds": lease_seconds},
+    )
+    return row[0], row[6]
+
+
+def finish(outcome: Outcome) -> set[uuid.UUID]:
+    rows = gateway.execute(
+        "default",
+        "finish_jobs",
+        {"outcomes": "[" + outcome.json_row() + "]", "history_limit": 20},
+    )
+    return {row[0] for row in rows}
+
+
+def expire(job_id: uuid.UUID) -> None:
+    Job.objects.filter(pk=job_id).update(
+        lease_expires_at=Job.objects.get(pk=job_id).started_at - timedelta(seconds=1)
+    )
+
+
+def reaper(worker_id: str = "reaper") -> Maintenance:
+    return Maintenance("default", worker_id, 30.0, dict, lambda lost: None, (0.01, 0.05, 0.1), 20)
+
+
+def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_claim() -> None:
+    job = enqueue("tests.record").job
+    job_id, old_token = claim_directly("worker-a")
+    expire(job_id)
+    assert reaper().reap() == 1
+    assert Job.objects.get(pk=job_id).status == JobStatus.PENDING
+    Job.objects.filter(pk=job_id).update(available_at=Job.objects.get(pk=job_id).created_at)
+    _, new_token = claim_directly("worker-b")
+    assert new_token != old_token
+
+    # Worker A comes back from its pause and reports: nothing changes.
+    assert finish(Outcome(job_id, old_token, JobStatus.COMPLETED, result_json='"from a"')) == set()
+    failed = Outcome(job_id, old_token, JobStatus.DEAD, last_error="from a", kind="dead")
+    assert finish(failed) == set()
+    assert finish(release(job_id, old_token)) == set()
+    current = Job.objects.get(pk=job.pk)
+    assert (current.status, current.lease_holder, current.attempts) == (
+        JobStatus.RUNNING, "worker-b", 2,
+    )  # fmt: skip
+
+    # Worker B, which holds the claim, can.
+    assert finish(Outcome(job_id, new_token, JobStatus.COMPLETED, result_json='"from b"')) == {
+        job_id
+    }
+    current.refresh_from_db()
+    assert (current.status, current.result) == (JobStatus.COMPLETED, "from b")
+    # And a completed job cannot be written again with the same token.
+    assert finish(Outcome(job_id, new_token, JobStatus.DEAD, kind="dead")) == set()
+
+
+def test_the_reaper_retries_or_kills_abandoned_jobs() -> None:
+    retried = enqueue("tests.record", max_attempts=3).job
+    killed = enqueue("tests.record", max_attempts=1).job
+    claim_directly("ghost")
+    claim_directly("ghost")
+    expire(retried.pk)
+    expire(killed.pk)
+    assert reaper().reap() == 2
+    retried.refresh_from_db()
+    killed.refresh_from_db()
+    assert (retried.status, retried.attempts) == (JobStatus.PENDING, 1)
+    assert retried.available_at > retried.updated_at  # with backoff
+    assert "Abandoned: the lease of worker ghost expired" in retried.last_error
+    assert retried.errors[-1]["worker"] == "ghost"
+    assert retried.lease_token is None
+    assert (killed.status, killed.attempts) == (JobStatus.DEAD, 1)
+    assert killed.completed_at is not None
+
+
+def test_the_reaper_leaves_live_leases_alone() -> None:
+    enqueue("tests.record")
+    claim_directly("alive")
+    assert reaper().reap() == 0
+    assert Job.objects.get().status == JobStatus.RUNNING
+
+
+def test_one_reaper_at_a_time() -> None:
+    job = enqueue("tests.record").job
+    claim_directly("ghost")
+    expire(job.pk)
+    other = new_connection(autocommit=False)
+    try:
+        other.execute("SELECT pg_advisory_xact_lock(%s)", [REAPER_LOCK_KEY])
+        assert reaper().reap() == 0  # another reaper holds the lock
+    finally:
+        other.rollback()
+        other.close()
+    assert reaper().reap() == 1
+
+
+def test_heartbeats_extend_held_leases_and_report_lost_ones() -> None:
+    kept = enqueue("tests.record").job
+    stolen = enqueue("tests.record").job
+    kept_id, kept_token = claim_directly("w", lease_seconds=1.0)
+    stolen_id, stolen_token = claim_directly("w", lease_seconds=1.0)
+    if kept_id != kept.pk:
+        kept_id, kept_token, stolen_id, stolen_token = stolen_id, stolen_token, kept_id, kept_token
+    Job.objects.filter(pk=stolen_id).update(lease_token=uuid.uuid4())  # reaped and re-claimed
+    lost: list[set[uuid.UUID]] = []
+    held = {kept_id: kept_token, stolen_id: stolen_token}
+    maintenance = Maintenance("default", "w", 120.0, lambda: held, lost.append, (1, 1, 0), 20)
+    before = Job.objects.get(pk=kept_id).lease_expires_at
+    maintenance.heartbeat()
+    assert Job.objects.get(pk=kept_id).lease_expires_at > before + timedelta(seconds=100)
+    assert lost == [{stolen_id}]
+    assert stolen.pk == stolen_id
+
+
+# --- shutdown -----------------------------------------------------------------
+
+
+def run_in_background(worker: Worker) -> threading.Thread:
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    return thread
+
+
+def wait_for(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def test_stop_lets_in_flight_jobs_finish_within_the_grace_period() -> None:
+    job = enqueue("tests.record", {"sleep": 0.5}).job
+    worker = Worker(config(burst=False, grace_period=5.0))
+    thread = run_in_background(worker)
+    wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists())
+    worker.stop()
+    thread.join(10)
+    job.refresh_from_db()
+    assert job.status == JobStatus.COMPLETED
+
+
+def test_jobs_still_running_at_the_deadline_are_released_uncounted() -> None:
+    job = enqueue("tests.record", {"sleep": 3}).job
+    waiting = enqueue("tests.record", priority=-1).job
+    worker = Worker(config(burst=False, grace_period=0.2, concurrency=1))
+    thread = run_in_background(worker)
+    wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists())
+    started = time.monotonic()
+    worker.stop()
+    thread.join(10)
+    assert time.monotonic() - started < 2.5  # did not wait for the 3 s job
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.PENDING, 0)
+    assert job.lease_token is None and job.lease_holder is None
+    assert Job.objects.get(pk=waiting.pk).status == JobStatus.PENDING  # never claimed
+    assert not Job.objects.filter(status=JobStatus.RUNNING).exists()
+
+
+def test_a_notification_wakes_an_idle_worker_at_once() -> None:
+    worker = Worker(config(burst=False, poll_interval=30.0))
+    thread = run_in_background(worker)
+    try:
+        wait_for(lambda: worker.listener is not None and worker.listener.connected.is_set())
+        time.sleep(0.2)  # idle now, with 30 s to its next poll
+        job = enqueue("tests.record").job
+        wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, timeout=5)
+        job.refresh_from_db()
+        assert job.started_at - job.created_at < timedelta(milliseconds=500)
+    finally:
+        worker.stop()
+        thread.join(10)
+
+
+def test_the_database_connection_of_the_test_is_untouched() -> None:
+    # The worker closes its own connections; the test's still works.
+    enqueue("tests.record")
+    drain()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
