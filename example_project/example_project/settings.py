@@ -61,7 +61,15 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "example_project.wsgi.application"
 
-DATABASES = {"default": parse_database_url(database_url())}
+DATABASES = {
+    "default": {
+        **parse_database_url(database_url()),
+        # Reuse connections across requests and, in runjobworker, across jobs:
+        # with Django's default of 0, a handler using the ORM reconnects per job.
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+    }
+}
 
 AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
 

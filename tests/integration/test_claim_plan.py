@@ -88,9 +88,6 @@ def test_claim_reads_few_rows_for_a_small_batch(big_table: None) -> None:
 
 def test_claim_takes_the_highest_priority_then_oldest(big_table: None) -> None:
     with connection.cursor() as cursor:
-        cursor.execute(QUERIES["claim_jobs"], PARAMS)
-        claimed = cursor.fetchall()
-        columns = [c.name for c in cursor.description]
         cursor.execute(
             """
             SELECT id FROM durable_jobs_job
@@ -98,11 +95,20 @@ def test_claim_takes_the_highest_priority_then_oldest(big_table: None) -> None:
             ORDER BY priority DESC, available_at, created_at LIMIT 10
             """
         )
-    assert len(claimed) == 10
-    rows = [dict(zip(columns, row, strict=True)) for row in claimed]
-    assert all(r["status"] == "running" and r["attempts"] == 1 for r in rows)
-    assert all(r["lease_holder"] == "w" and r["lease_token"] for r in rows)
-    assert {r["priority"] for r in rows} == {2}
+        expected = {row[0] for row in cursor.fetchall()}
+        cursor.execute(QUERIES["claim_jobs"], PARAMS)
+        claimed = {row[0] for row in cursor.fetchall()}
+        cursor.execute(
+            "SELECT status, attempts, lease_holder, lease_token, priority "
+            "FROM durable_jobs_job WHERE id = ANY(%s)",
+            [list(claimed)],
+        )
+        rows = cursor.fetchall()
+    assert claimed == expected
+    assert len(rows) == 10
+    assert all(r[0] == "running" and r[1] == 1 for r in rows)
+    assert all(r[2] == "w" and r[3] for r in rows)
+    assert {r[4] for r in rows} == {2}
 
 
 def test_reaper_and_listing_indexes_serve_their_queries(big_table: None) -> None:

@@ -46,3 +46,13 @@ def exit_(ctx: JobContext) -> None:
 @job("tests.unserialisable")
 def unserialisable(ctx: JobContext) -> object:
     return {"when": object()}
+
+
+@job("tests.crash", max_attempts=2)
+def crash(ctx: JobContext) -> None:
+    """Kills its own worker process, every time: a poison job."""
+    import os
+    import signal
+
+    Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,225 @@
+"""``manage.py runjobworker`` as real processes, with real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.db.models import Count
+
+from django_durable_jobs import enqueue, enqueue_many
+from django_durable_jobs.models import Job, JobStatus
+from tests.testapp.models import Execution
+
+from .conftest import MANAGE, ROOT, test_database_url
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+class Workers:
+    """Starts worker processes on the test database; kills leftovers at the end."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": test_database_url(),
+            "DJANGO_SETTINGS_MODULE": "tests.e2e_settings",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "example_project")]),
+        }
+
+    def start(self, *args: str) -> subprocess.Popen[bytes]:
+        with open(self.logs / f"worker-{len(self.procs)}.log", "wb") as log:
+            # The child has its own copy of the descriptor.
+            proc = subprocess.Popen(
+                [sys.executable, str(MANAGE), "runjobworker", *args],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.procs.append(proc)
+        return proc
+
+    def output(self) -> str:
+        return "\n".join(p.read_text() for p in sorted(self.logs.glob("worker-*.log")))
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Workers]:
+    running = Workers(tmp_path)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_four_workers_drain_10000_jobs_each_exactly_once(workers: Workers) -> None:
+    enqueue_many([{"type": "tests.record", "payload": {"i": i}} for i in range(10_000)])
+    procs = [workers.start("--burst", "--concurrency", "4") for _ in range(4)]
+    for proc in procs:
+        assert proc.wait(180) == 0, workers.output()
+    assert Job.objects.filter(status=JobStatus.COMPLETED, attempts=1).count() == 10_000
+    assert Execution.objects.count() == 10_000
+    assert Execution.objects.values("job_id").distinct().count() == 10_000
+    # All four took part.
+    assert Execution.objects.values("worker").distinct().count() == 4
+
+
+def test_a_killed_workers_jobs_run_again_after_its_lease_expires(workers: Workers) -> None:
+    jobs = [enqueue("tests.record", {"sleep": 3}).job for _ in range(4)]
+    victim = workers.start("--concurrency", "4", "--lease-seconds", "1.5")
+    wait_for(lambda: Execution.objects.count() == 4, 30, "the first worker to start all jobs")
+    victim.send_signal(signal.SIGKILL)
+    assert victim.wait(10) == -signal.SIGKILL
+    assert Job.objects.filter(status=JobStatus.RUNNING).count() == 4
+    rescuer = workers.start(
+        "--concurrency", "4", "--lease-seconds", "1.5", "--poll-interval", "0.2"
+    )
+    wait_for(
+        lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() == 4,
+        40,
+        "the rescuer to complete the jobs",
+    )
+    rescuer.send_signal(signal.SIGTERM)
+    assert rescuer.wait(30) == 0
+    for job in jobs:
+        job.refresh_from_db()
+        assert job.attempts == 2
+        assert job.errors[-1]["exception"] == "django_durable_jobs.LeaseExpired"
+        assert Execution.objects.filter(job_id=job.pk).count() == 2
+
+
+def test_a_job_that_kills_its_worker_every_time_ends_dead(workers: Workers) -> None:
+    job = enqueue("tests.crash").job  # max_attempts=2
+    for _ in range(6):
+        proc = workers.start("--burst", "--lease-seconds", "0.5", "--poll-interval", "0.1")
+        proc.wait(30)
+        job.refresh_from_db()
+        if job.status == JobStatus.DEAD:
+            break
+        time.sleep(0.6)  # let the lease expire before the next worker reaps it
+    assert job.status == JobStatus.DEAD, workers.output()
+    assert job.attempts == 2
+    assert Execution.objects.filter(job_id=job.pk).count() == 2
+    assert "Abandoned" in job.last_error
+
+
+def test_sigterm_lets_in_flight_jobs_finish(workers: Workers) -> None:
+    job = enqueue("tests.record", {"sleep": 1}).job
+    proc = workers.start("--grace-period", "10")
+    wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists(), 20, "the job to start")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(15) == 0, workers.output()
+    job.refresh_from_db()
+    assert job.status == JobStatus.COMPLETED
+    assert not Job.objects.filter(status=JobStatus.RUNNING).exists()
+
+
+def test_sigint_at_the_deadline_releases_the_job_uncounted(workers: Workers) -> None:
+    job = enqueue("tests.record", {"sleep": 60}).job
+    proc = workers.start("--grace-period", "1")
+    wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists(), 20, "the job to start")
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(15) == 0, workers.output()
+    assert time.monotonic() - started < 8
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.PENDING, 0)
+    assert job.lease_holder is None and job.lease_token is None
+
+
+def test_a_second_signal_exits_at_once(workers: Workers) -> None:
+    job = enqueue("tests.record", {"sleep": 60}).job
+    proc = workers.start("--grace-period", "60")
+    wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists(), 20, "the job to start")
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert proc.poll() is None  # still in its grace period
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == 1, workers.output()
+    assert time.monotonic() - started < 5
+    job.refresh_from_db()
+    # Best effort: given back before exiting.
+    assert (job.status, job.attempts) == (JobStatus.PENDING, 0)
+
+
+def test_burst_exits_zero_when_nothing_is_runnable(workers: Workers) -> None:
+    enqueue("tests.record", delay=3600)
+    proc = workers.start("--burst")
+    assert proc.wait(30) == 0, workers.output()
+    assert Execution.objects.count() == 0
+
+
+def test_a_notification_starts_a_job_on_an_idle_worker_within_100ms(workers: Workers) -> None:
+    proc = workers.start("--poll-interval", "5")
+    # The worker is up when it has claimed (and run) a first job.
+    enqueue("tests.record")
+    wait_for(lambda: Execution.objects.exists(), 30, "the worker to start")
+    waits = []
+    for _ in range(7):
+        time.sleep(0.3)  # idle, far from its next poll
+        job = enqueue("tests.record").job
+        wait_for(
+            lambda job=job: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED,
+            5,
+            "the job to run",
+        )
+        job.refresh_from_db()
+        waits.append((job.started_at - job.created_at).total_seconds())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(15) == 0
+    assert statistics.median(waits) < 0.1, waits
+    assert max(waits) < 0.5, waits
+
+
+def test_bad_flags_are_clear_errors_without_a_traceback(workers: Workers) -> None:
+    for args, message in [
+        (["--concurrency", "0"], "--concurrency: must be between 1"),
+        (["--grace-period", "-1"], "--grace-period: must be a number of seconds >= 0"),
+        (["--poll-interval", "0"], "--poll-interval: must be a number of seconds > 0"),
+        (["--lease-seconds", "soon"], "--lease-seconds: 'soon' is not a number"),
+        (["--queues", "emails:4"], "per-queue slots"),
+        (["--queues", "a,,b"], "not a comma-separated list"),
+    ]:
+        proc = workers.start(*args)
+        assert proc.wait(30) != 0
+        output = workers.output()
+        assert message in output, output
+        assert "Traceback" not in output
+        for log in workers.logs.glob("worker-*.log"):
+            log.unlink()
+
+
+def test_every_job_line_carries_id_type_attempt_and_worker(workers: Workers) -> None:
+    job = enqueue("tests.fail_until", {"succeed_on": 2}).job
+    proc = workers.start("--burst", "--worker-id", "w-logs", "--poll-interval", "0.1")
+    assert proc.wait(30) == 0
+    # The e2e settings log at WARNING: the retry line is there.
+    line = next(line for line in workers.output().splitlines() if "Job retry" in line)
+    for part in (f"id={job.pk}", "type=tests.fail_until", "attempt=1/", "worker=w-logs"):
+        assert part in line, line
+    assert Execution.objects.filter(job_id=job.pk).aggregate(n=Count("id"))["n"] >= 1
