@@ -54,6 +54,11 @@ class Completer:
             self._pending.append(outcome)
             self._cond.notify_all()
 
+    def unwritten(self) -> list[Outcome]:
+        """Outcomes submitted and not yet written (a forced exit writes them itself)."""
+        with self._cond:
+            return list(self._pending)
+
     def backlog(self) -> int:
         """Outcomes handed over but not yet written."""
         with self._cond:

@@ -355,28 +355,35 @@ class Worker:
         )  # fmt: skip
 
     def _force_exit(self) -> None:
-        """Second signal: give back what is running (best effort, 2 s), exit 1 at once."""
+        """Second signal: record what is known and give back what runs (best effort, 2 s); exit 1.
+
+        Outcomes still waiting for the completer are written too, so jobs
+        that finished are not run again by the reaper.
+        """
         with self._lock:
-            held = list(self._running.values())
-        if held:
+            running = list(self._running.values())
+        outcomes = self.completer.unwritten() + [release(j.id, j.lease_token) for j in running]
+        if outcomes:
             try:
                 import psycopg
+
+                from ..sql import QUERIES
 
                 params = connection_params(self.config.alias)
                 params["connect_timeout"] = 2
                 with psycopg.connect(**params, autocommit=True) as conn:
                     conn.execute("SET statement_timeout = 2000")
-                    from ..sql import QUERIES
-
-                    document = (
-                        "[" + ",".join(release(j.id, j.lease_token).json_row() for j in held) + "]"
-                    )
                     conn.execute(
                         QUERIES["finish_jobs"],
-                        {"outcomes": document, "history_limit": self._history_limit},
+                        {
+                            "outcomes": "[" + ",".join(o.json_row() for o in outcomes) + "]",
+                            "history_limit": self._history_limit,
+                        },
                     )
             except Exception as exc:  # exiting anyway; the reaper will recover them
-                logger.error("Could not release %s job(s) at forced exit: %s", len(held), exc)
+                logger.error(
+                    "Could not record %s outcome(s) at forced exit: %s", len(outcomes), exc
+                )
         logging.shutdown()
         os._exit(EXIT_FORCED)
 
