@@ -32,6 +32,7 @@ NOTIFY_CHANNEL_MAX_BYTES = 63
 
 #: Names of the indexes and constraints; tests and the SQL refer to them.
 CLAIM_INDEX = "durable_jobs_claim_idx"
+CLAIM_QUEUE_INDEX = "durable_jobs_claim_queue_idx"
 LEASE_INDEX = "durable_jobs_lease_idx"
 STATUS_INDEX = "durable_jobs_status_idx"
 IDEMPOTENCY_CONSTRAINT = "durable_jobs_idempotency_key_uniq"

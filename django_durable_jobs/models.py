@@ -17,6 +17,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .constants import (
     CLAIM_INDEX,
+    CLAIM_QUEUE_INDEX,
     IDEMPOTENCY_CONSTRAINT,
     IDEMPOTENCY_KEY_MAX_LENGTH,
     LEASE_HOLDER_MAX_LENGTH,
@@ -127,6 +128,13 @@ class Job(models.Model):
             models.Index(
                 fields=["-priority", "available_at", "created_at"],
                 name=CLAIM_INDEX,
+                condition=Q(status="pending"),
+            ),
+            # Serves claims by workers of some queues only (--queues): without
+            # it, a worker of a small queue would scan past a big queue's backlog.
+            models.Index(
+                fields=["queue", "-priority", "available_at", "created_at"],
+                name=CLAIM_QUEUE_INDEX,
                 condition=Q(status="pending"),
             ),
             # Serves the reaper: running jobs whose lease has expired.

@@ -5,7 +5,6 @@
 - ``completer``: write outcomes in batches, each fenced by its lease token.
 - ``maintenance``: heartbeats for held leases, and the reaper of expired ones.
 - ``listener``: the LISTEN connection that wakes an idle worker.
-- ``shutdown``: first signal graceful, second immediate.
 """
 
 from __future__ import annotations

@@ -40,7 +40,9 @@ class Completer:
         self._on_written = on_written
         self._pending: list[Outcome] = []
         self._writing = 0
-        self._cond = threading.Condition()
+        # Reentrant: a forced exit reads it from the signal handler, which
+        # may interrupt the main thread while it holds this lock.
+        self._cond = threading.Condition(threading.RLock())
         self._stopping = False
         self._thread = threading.Thread(
             target=self._run, name="durable-jobs-completer", daemon=True

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import traceback
 from dataclasses import dataclass
@@ -17,9 +18,12 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from json.encoder import encode_basestring as _json_str
 
+from django.conf import settings
 from django.db import close_old_connections
+from django.utils import timezone
 
 from ..backoff import retry_delay
+from ..constants import MAX_DELAY_SECONDS
 from ..context import JobContext
 from ..exceptions import Discard, Retry
 from ..models import JobStatus
@@ -68,8 +72,8 @@ def execute(job: ClaimedJob, worker_id: str, policy: RetryPolicy) -> Outcome:
             "declare it with @job in an installed app's jobs module."
         )
         logger.error(
-            "Job dead id=%s type=%s attempt=%s worker=%s: no handler",
-            job.id, job.type, job.attempt, worker_id, extra=log_fields,
+            "Job dead id=%s type=%s attempt=%s/%s worker=%s duration=0.000: no handler",
+            job.id, job.type, job.attempt, job.max_attempts, worker_id, extra=log_fields,
         )  # fmt: skip
         return _dead(job, worker_id, message, "django_durable_jobs.UnknownJobType", "")
 
@@ -92,8 +96,9 @@ def execute(job: ClaimedJob, worker_id: str, policy: RetryPolicy) -> Outcome:
     except Discard as exc:
         outcome = _dead(job, worker_id, *_describe(exc))
         logger.error(
-            "Job discarded id=%s type=%s attempt=%s worker=%s duration=%.3f: %s",
-            job.id, job.type, job.attempt, worker_id, time.perf_counter() - started, exc,
+            "Job discarded id=%s type=%s attempt=%s/%s worker=%s duration=%.3f: %s",
+            job.id, job.type, job.attempt, job.max_attempts, worker_id,
+            time.perf_counter() - started, exc,
             extra={**log_fields, "duration": time.perf_counter() - started},
         )  # fmt: skip
         return outcome
@@ -123,11 +128,45 @@ def execute(job: ClaimedJob, worker_id: str, policy: RetryPolicy) -> Outcome:
         )  # fmt: skip
         result_json = "null"
     logger.info(
-        "Job completed id=%s type=%s attempt=%s worker=%s duration=%.3f",
-        job.id, job.type, job.attempt, worker_id, duration,
+        "Job completed id=%s type=%s attempt=%s/%s worker=%s duration=%.3f",
+        job.id, job.type, job.attempt, job.max_attempts, worker_id, duration,
         extra={**log_fields, "duration": duration},
     )  # fmt: skip
     return Outcome(job.id, job.lease_token, JobStatus.COMPLETED, result_json=result_json)
+
+
+def internal_error(job: ClaimedJob, worker_id: str, policy: RetryPolicy, exc: Exception) -> Outcome:
+    """An error in the worker itself while running ``job``: a counted failed attempt.
+
+    Counted (unlike a release), so that a job that trips a bug cannot loop.
+    """
+    return _retry(job, worker_id, policy, exc, time.perf_counter(), {}, requested=None)
+
+
+def _requested_schedule(
+    requested: timedelta | float | datetime | None, job: ClaimedJob
+) -> tuple[datetime | None, float | None]:
+    """``Retry(after=...)`` as (run_at, delay); (None, None) means the normal backoff."""
+    if requested is None:
+        return None, None
+    if isinstance(requested, datetime):
+        if settings.USE_TZ and timezone.is_naive(requested):
+            requested = timezone.make_aware(requested)
+        return requested, None
+    if isinstance(requested, timedelta):
+        seconds = requested.total_seconds()
+    elif isinstance(requested, (int, float)) and not isinstance(requested, bool):
+        seconds = float(requested)
+    else:
+        seconds = math.nan
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_DELAY_SECONDS:
+        logger.error(
+            "Job %s type=%s: Retry(after=%r) is not a delay from 0 to %s s or a datetime; "
+            "using the normal backoff",
+            job.id, job.type, requested, MAX_DELAY_SECONDS,
+        )  # fmt: skip
+        return None, None
+    return None, seconds
 
 
 def _describe(exc: BaseException) -> tuple[str, str, str]:
@@ -180,14 +219,8 @@ def _retry(
             extra=fields,
         )  # fmt: skip
         return _dead(job, worker_id, message, path, tb)
-    run_at: datetime | None = None
-    if isinstance(requested, datetime):
-        run_at, delay = requested, None
-    elif isinstance(requested, timedelta):
-        delay = max(0.0, requested.total_seconds())
-    elif isinstance(requested, (int, float)) and not isinstance(requested, bool):
-        delay = max(0.0, float(requested))
-    else:
+    run_at, delay = _requested_schedule(requested, job)
+    if run_at is None and delay is None:
         delay = retry_delay(job.attempt, base=policy.base, cap=policy.cap, jitter=policy.jitter)
     logger.warning(
         "Job retry id=%s type=%s attempt=%s/%s worker=%s duration=%.3f in=%s: %s",

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import random
 import signal
 import socket
 import threading
@@ -31,7 +30,7 @@ from .. import db
 from ..conf import jobs_settings
 from .claimed import ClaimedJob
 from .completer import Completer
-from .executor import RetryPolicy, StopWorker, execute
+from .executor import RetryPolicy, StopWorker, execute, internal_error
 from .listener import Listener, connection_params
 from .maintenance import Maintenance
 from .outcomes import Outcome, release
@@ -74,9 +73,14 @@ class Worker:
             jitter=float(jobs_settings.BACKOFF_JITTER),
         )
         self._history_limit = int(jobs_settings.ERROR_HISTORY_LIMIT)
-        self._lock = threading.Lock()
-        self._wakeup = threading.Event()
+        # Reentrant: the signal handler runs on the main thread, possibly
+        # while the main thread holds this lock; it must be able to take it.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._woken = False
         self._notified = False
+        # When a retry this worker scheduled falls due (monotonic clock).
+        self._retry_due: float | None = None
         self._stopping = False
         self._forced = False
         # Jobs claimed and not yet recorded: id -> lease token.
@@ -136,9 +140,24 @@ class Worker:
 
     def stop(self) -> None:
         """Ask for a graceful stop (what the first SIGTERM/SIGINT does)."""
-        with self._lock:
+        with self._cond:
             self._stopping = True
-        self._wakeup.set()
+            self._wake_locked()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._wake_locked()
+
+    def _wake_locked(self) -> None:
+        self._woken = True
+        self._cond.notify_all()
+
+    def _sleep(self, timeout: float | None) -> None:
+        """Until woken (a free slot, a notification, a stop) or ``timeout``."""
+        with self._cond:
+            if not self._woken:
+                self._cond.wait(timeout)
+            self._woken = False
 
     def _install_signal_handlers(self) -> None:
         def handle(signum: int, frame: FrameType | None) -> None:
@@ -171,8 +190,7 @@ class Worker:
                 notified, self._notified = self._notified, False
             if free > 0 and (notified or more_waiting or now >= next_poll):
                 if self.completer.backlog() >= max_backlog:
-                    self._wakeup.wait(0.01)
-                    self._wakeup.clear()
+                    self._sleep(0.01)
                     continue
                 try:
                     jobs = self._claim(free)
@@ -182,18 +200,29 @@ class Worker:
                     delay = min(CLAIM_RETRY_CAP_SECONDS, 0.5 * 2 ** (claim_failures - 1))
                     logger.warning("Claim failed (%s); retrying in %.1fs", exc, delay)
                     connections[c.alias].close()
-                    self._wakeup.wait(delay)
+                    self._sleep(delay)
                     continue
                 more_waiting = len(jobs) == free
                 if not jobs:
-                    if c.burst and self._idle():
+                    with self._lock:
+                        busy = bool(self._running)
+                    if c.burst and not busy:
                         logger.info("No runnable job left: exiting (--burst)")
                         return
-                    next_poll = time.monotonic() + self._idle_sleep()
+                    if c.burst:
+                        # Look again shortly: the running jobs may be all there is.
+                        next_poll = time.monotonic() + min(c.poll_interval, 0.05)
+                    elif now >= next_poll:
+                        # Only at poll time: an empty claim after a notification
+                        # (another worker was faster) need not cost a query.
+                        next_poll = time.monotonic() + self._idle_sleep()
                 continue
+            with self._lock:
+                if self._retry_due is not None:
+                    next_poll = min(next_poll, self._retry_due)
+                    self._retry_due = None
             timeout = max(0.0, next_poll - now) if free > 0 else None
-            self._wakeup.wait(timeout)
-            self._wakeup.clear()
+            self._sleep(timeout)
 
     def _claim(self, limit: int) -> list[ClaimedJob]:
         c = self.config
@@ -218,11 +247,6 @@ class Worker:
                 self._jobs.put(job)
             self.claimed += len(jobs)
         return jobs
-
-    def _idle(self) -> bool:
-        with self._lock:
-            busy = bool(self._running)
-        return not busy and self.completer.backlog() == 0
 
     def _idle_sleep(self) -> float:
         """Until the next poll: the poll interval, or sooner if a delayed job is due sooner."""
@@ -254,9 +278,9 @@ class Worker:
                 except StopWorker as stop:
                     outcome = stop.outcome
                     self.stop()
-                except BaseException:  # a bug of ours: never lose the job silently
-                    logger.exception("Worker error running job %s; giving it back", job.id)
-                    outcome = release(job.id, job.lease_token)
+                except Exception as exc:  # a bug of ours: count it, so it cannot loop
+                    logger.exception("Worker error running job %s", job.id)
+                    outcome = internal_error(job, self.config.worker_id, self.policy, exc)
                 self._finished(job, outcome)
         finally:
             connections.close_all()
@@ -276,23 +300,32 @@ class Worker:
             )  # fmt: skip
         else:
             self.completer.submit(outcome)
-        self._wakeup.set()
+        self._wake()
 
     # -- callbacks from the other threads --------------------------------
 
     def _notify(self) -> None:
-        with self._lock:
+        with self._cond:
             self._notified = True
-        self._wakeup.set()
+            self._wake_locked()
 
     def _held_snapshot(self) -> dict[uuid.UUID, uuid.UUID]:
         with self._lock:
             return dict(self._held)
 
     def _written(self, outcomes: list[Outcome], written: set[uuid.UUID]) -> None:
-        with self._lock:
+        retry_delays = [
+            o.delay_us for o in outcomes if o.kind == "failed" and o.delay_us is not None
+        ]
+        with self._cond:
             for outcome in outcomes:
                 self._held.pop(outcome.job_id, None)
+            if retry_delays:
+                # Wake when the soonest retry written here falls due.
+                due = time.monotonic() + min(retry_delays) / 1_000_000 + 0.005
+                if self._retry_due is None or due < self._retry_due:
+                    self._retry_due = due
+                self._wake_locked()
         for outcome in outcomes:
             if outcome.job_id not in written:
                 logger.warning(
@@ -330,8 +363,7 @@ class Worker:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            self._wakeup.wait(min(left, 0.1))
-            self._wakeup.clear()
+            self._sleep(min(left, 0.1))
         with self._lock:
             leftover = list(self._running.values())
             self._abandoned.update(job.id for job in leftover)
@@ -386,8 +418,3 @@ class Worker:
                 )
         logging.shutdown()
         os._exit(EXIT_FORCED)
-
-
-def jitter_startup(seconds: float = 0.1) -> None:
-    """Spread many workers started together over a short window (thundering herd)."""
-    time.sleep(random.uniform(0, seconds))

@@ -122,7 +122,7 @@ class Maintenance:
         for job_id, job_type, status, attempts, last_error in rows:
             log = logger.error if status == "dead" else logger.warning
             log(
-                "Job reaped id=%s type=%s attempt=%s now=%s reaper=%s: %s",
+                "Job reaped id=%s type=%s attempt=%s now=%s worker=%s: %s",
                 job_id, job_type, attempts, status, self._worker_id, last_error,
                 extra={
                     "job_id": str(job_id), "job_type": job_type, "attempt": attempts,

@@ -12,7 +12,12 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
-from django_durable_jobs.constants import CLAIM_INDEX, LEASE_INDEX, STATUS_INDEX
+from django_durable_jobs.constants import (
+    CLAIM_INDEX,
+    CLAIM_QUEUE_INDEX,
+    LEASE_INDEX,
+    STATUS_INDEX,
+)
 from django_durable_jobs.sql import QUERIES
 
 pytestmark = pytest.mark.django_db
@@ -64,7 +69,27 @@ def explain(sql: str, params: dict[str, object]) -> str:
 @pytest.mark.parametrize("query", ["claim_jobs", "claim_jobs_in_queues"])
 def test_claim_uses_the_claim_index_and_no_seq_scan(big_table: None, query: str) -> None:
     plan = explain(QUERIES[query], PARAMS)
-    assert CLAIM_INDEX in plan, plan
+    assert CLAIM_INDEX in plan or CLAIM_QUEUE_INDEX in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
+@pytest.mark.parametrize("queues", [["small"], ["small", "tiny"]])
+def test_a_small_queue_is_claimed_by_index_past_a_big_backlog(
+    big_table: None, queues: list[str]
+) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO durable_jobs_job (id, type, queue, payload, status, priority, attempts,
+                max_attempts, available_at, created_at, updated_at, last_error, errors)
+            SELECT gen_random_uuid(), 'tests.plan', q, '{}', 'pending', 0, 0, 5,
+                   now() - interval '1 minute', now(), now(), '', '[]'
+            FROM unnest(ARRAY['small', 'small', 'tiny']) AS q
+            """
+        )
+        cursor.execute("ANALYZE durable_jobs_job")
+    plan = explain(QUERIES["claim_jobs_in_queues"], {**PARAMS, "queues": queues})
+    assert CLAIM_QUEUE_INDEX in plan, plan
     assert "Seq Scan" not in plan, plan
 
 

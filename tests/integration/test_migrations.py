@@ -8,6 +8,7 @@ from django.db import connection
 
 from django_durable_jobs.constants import (
     CLAIM_INDEX,
+    CLAIM_QUEUE_INDEX,
     IDEMPOTENCY_CONSTRAINT,
     LEASE_INDEX,
     STATUS_INDEX,
@@ -32,6 +33,7 @@ def test_indexes_exist_with_their_definitions() -> None:
     assert "WHERE ((status)::text = 'pending'::text)" in indexes[CLAIM_INDEX]
     assert "WHERE ((status)::text = 'running'::text)" in indexes[LEASE_INDEX]
     assert "status, created_at DESC" in indexes[STATUS_INDEX]
+    assert "queue, priority DESC, available_at, created_at" in indexes[CLAIM_QUEUE_INDEX]
     assert indexes[IDEMPOTENCY_CONSTRAINT].startswith("CREATE UNIQUE INDEX")
     assert "idempotency_key IS NOT NULL" in indexes[IDEMPOTENCY_CONSTRAINT]
 

@@ -427,3 +427,40 @@ def test_the_database_connection_of_the_test_is_untouched() -> None:
     drain()
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
+
+
+def test_an_impossible_retry_delay_falls_back_to_the_backoff() -> None:
+    job = enqueue("tests.retry_forever", max_attempts=2).job
+    drain_until_settled()
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.DEAD, 2)
+
+
+def test_the_signal_handler_cannot_deadlock_on_the_workers_lock() -> None:
+    import os
+    import signal
+
+    worker = Worker(config(install_signal_handlers=True))
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        worker._install_signal_handlers()
+        with worker._lock, worker.completer._cond:
+            # The signal arrives while the main thread holds both locks.
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        assert worker._stopping
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def test_call_command_options_are_validated_like_the_command_line() -> None:
+    from django.core.management import CommandError, call_command
+
+    for options in ({"concurrency": 0}, {"grace_period": -5}, {"queues": "a:1"},
+                    {"worker_id": ""}, {"poll_interval": "nan"}):  # fmt: skip
+        with pytest.raises(CommandError):
+            call_command("runjobworker", **options)
+    enqueue("tests.record", queue="emails")
+    call_command("runjobworker", burst=True, queues="emails,default", concurrency="2")
+    assert Job.objects.get().status == JobStatus.COMPLETED

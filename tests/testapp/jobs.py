@@ -56,3 +56,9 @@ def crash(ctx: JobContext) -> None:
 
     Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@job("tests.retry_forever")
+def retry_forever(ctx: JobContext) -> None:
+    """Asks for an impossible delay: the worker falls back to the normal backoff."""
+    raise Retry(after=float("inf"))

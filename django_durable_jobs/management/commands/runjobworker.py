@@ -58,6 +58,18 @@ def seconds(*, allow_zero: bool) -> Any:
     return parse
 
 
+def worker_id(value: str) -> str:
+    if not value.strip() or len(value) > 255:
+        raise argparse.ArgumentTypeError("must be 1 to 255 characters")
+    return value
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, (set, frozenset, list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
 class Command(BaseCommand):
     help = (
         "Run a durable-jobs worker: claim jobs from PostgreSQL and run their handlers. "
@@ -106,11 +118,26 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--worker-id",
+            type=worker_id,
             default=None,
             help="Name of this worker in leases and logs (default: host:pid:random).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        for name, parse in (
+            ("queues", queue_list),
+            ("concurrency", concurrency),
+            ("grace_period", seconds(allow_zero=True)),
+            ("poll_interval", seconds(allow_zero=False)),
+            ("lease_seconds", seconds(allow_zero=False)),
+            ("worker_id", worker_id),
+        ):
+            if options.get(name) is not None:
+                try:
+                    options[name] = parse(_as_text(options[name]))
+                except argparse.ArgumentTypeError as exc:
+                    raise CommandError(f"--{name.replace('_', '-')}: {exc}") from None
+
         def pick(option: str, setting: str) -> float:
             value = options[option]
             return float(getattr(jobs_settings, setting) if value is None else value)
@@ -124,8 +151,6 @@ class Command(BaseCommand):
             lease_seconds=pick("lease_seconds", "LEASE_SECONDS"),
         )
         if options["worker_id"]:
-            if len(options["worker_id"]) > 255:
-                raise CommandError("--worker-id must be at most 255 characters")
             config.worker_id = options["worker_id"]
         exit_code = Worker(config).run()
         if exit_code:
