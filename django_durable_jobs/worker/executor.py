@@ -89,7 +89,8 @@ def execute(job: ClaimedJob, worker_id: str, policy: RetryPolicy) -> Outcome:
     )
     started = time.perf_counter()
     # Handlers that use the ORM get this thread's own connection; drop it if
-    # it is broken or past CONN_MAX_AGE, as Django does around a request.
+    # it is broken or past CONN_MAX_AGE, as Django does before a request.
+    # Once per job, before it: the connection then serves the whole job.
     close_old_connections()
     try:
         value = handler.func(ctx)
@@ -113,8 +114,6 @@ def execute(job: ClaimedJob, worker_id: str, policy: RetryPolicy) -> Outcome:
             type(exc).__name__, job.id, job.type, job.attempt, worker_id, extra=log_fields,
         )  # fmt: skip
         raise StopWorker(release(job.id, job.lease_token), exc) from exc
-    finally:
-        close_old_connections()
 
     duration = time.perf_counter() - started
     try:

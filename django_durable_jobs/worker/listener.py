@@ -63,7 +63,8 @@ class Listener:
                     # Whatever was enqueued while we were not listening.
                     self._wake()
                     while not self._stop.is_set():
-                        for notify in conn.notifies(timeout=1.0):
+                        # A short timeout: stop() is noticed quickly at shutdown.
+                        for notify in conn.notifies(timeout=0.25):
                             if self._queues is None or notify.payload in self._queues:
                                 self._wake()
             except psycopg.Error as exc:

@@ -1,0 +1,19 @@
+"""Settings for benchmarks/worker.py: the example project's, with quiet workers.
+
+The example settings log ``django_durable_jobs`` at INFO to the console: one
+line per job, which would cost more than a no-op job itself. Benchmarks log
+WARNING and above only. Used as ``DJANGO_SETTINGS_MODULE=bench_settings``
+with ``benchmarks/`` on ``PYTHONPATH`` (the worker script does this).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from example_project.settings import *  # noqa: F403
+from example_project.settings import LOGGING as _EXAMPLE_LOGGING
+
+DEBUG = False
+
+LOGGING = copy.deepcopy(_EXAMPLE_LOGGING)
+LOGGING["loggers"]["django_durable_jobs"]["level"] = "WARNING"
