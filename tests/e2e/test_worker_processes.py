@@ -223,3 +223,46 @@ def test_every_job_line_carries_id_type_attempt_and_worker(workers: Workers) -> 
     for part in (f"id={job.pk}", "type=tests.fail_until", "attempt=1/", "worker=w-logs"):
         assert part in line, line
     assert Execution.objects.filter(job_id=job.pk).aggregate(n=Count("id"))["n"] >= 1
+
+
+def test_the_worker_survives_the_database_going_away_and_coming_back(
+    workers: Workers,
+) -> None:
+    from django.db import connection
+
+    from .proxy import Proxy
+
+    settings = connection.settings_dict
+    proxy = Proxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432))
+    proxy.start()
+    user = settings["USER"] or "postgres"
+    password = f":{settings['PASSWORD']}" if settings["PASSWORD"] else ""
+    workers.env["DATABASE_URL"] = (
+        f"postgres://{user}{password}@127.0.0.1:{proxy.port}/{settings['NAME']}"
+    )
+    proc = workers.start("--poll-interval", "0.2", "--lease-seconds", "3")
+    first = enqueue("tests.record").job
+    wait_for(
+        lambda: Job.objects.get(pk=first.pk).status == JobStatus.COMPLETED, 30, "the first job"
+    )
+
+    proxy.cut()
+    outage = time.monotonic()
+    during = enqueue("tests.record").job  # straight to the database, not via the proxy
+    time.sleep(4)
+    assert proc.poll() is None, workers.output()  # still alive
+    assert Job.objects.get(pk=during.pk).status == JobStatus.PENDING
+
+    proxy.start()  # the database is back, on the same port
+    wait_for(
+        lambda: Job.objects.get(pk=during.pk).status == JobStatus.COMPLETED,
+        40,
+        "the job enqueued during the outage",
+    )
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0, workers.output()
+    output = workers.output()
+    assert "Claim failed" in output
+    # Backoff, not a spin: a handful of attempts in the 4 s outage.
+    assert output.count("Claim failed") <= 8, output
+    assert time.monotonic() - outage < 60
