@@ -9,7 +9,7 @@ so they share the caller's transaction: a job enqueued inside
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from json.encoder import encode_basestring as _json_str
 from typing import TYPE_CHECKING, Any
@@ -68,6 +68,17 @@ def _cursor(connection: Any) -> psycopg.Cursor[Any]:
         cursor = psycopg.Cursor(connection.connection)
         setattr(connection, _CURSOR_ATTRIBUTE, cursor)
     return cursor
+
+
+def notify(using: str, queues: Iterable[str]) -> None:
+    """Wake the workers of ``queues`` (delivered when the transaction commits)."""
+    queues = sorted(set(queues))
+    if queues:
+        execute(
+            using,
+            "notify_queues",
+            {"channel": jobs_settings.NOTIFY_CHANNEL, "queues": queues},
+        )
 
 
 def insert_jobs(

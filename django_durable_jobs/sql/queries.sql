@@ -257,3 +257,7 @@ RETURNING job.id, job.type, job.status, job.attempts, job.last_error;
 SELECT min(available_at)
 FROM durable_jobs_job
 WHERE status = 'pending' AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]));
+
+-- notify_queues --
+-- Wake the workers of these queues, as enqueue does (requeue, run now).
+SELECT count(pg_notify(%(channel)s, queue)) FROM unnest(%(queues)s::text[]) AS queue;
