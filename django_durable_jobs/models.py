@@ -18,12 +18,15 @@ from django.utils.translation import gettext_lazy as _
 from .constants import (
     CLAIM_INDEX,
     CLAIM_QUEUE_INDEX,
+    CREATED_INDEX,
     IDEMPOTENCY_CONSTRAINT,
     IDEMPOTENCY_KEY_MAX_LENGTH,
     LEASE_HOLDER_MAX_LENGTH,
     LEASE_INDEX,
+    QUEUE_INDEX,
     QUEUE_MAX_LENGTH,
     STATUS_INDEX,
+    TYPE_INDEX,
     TYPE_MAX_LENGTH,
 )
 
@@ -143,6 +146,13 @@ class Job(models.Model):
             ),
             # Serves listings by status, newest first (API, admin, CLI).
             models.Index(fields=["status", "-created_at"], name=STATUS_INDEX),
+            # Serve the admin's list (newest first), its date hierarchy
+            # (min/max of created_at) and its type and queue filters. Without
+            # them, a page of a rare type would scan the table. Each index
+            # costs a little on every write, so there is no more than these.
+            models.Index(fields=["-created_at"], name=CREATED_INDEX),
+            models.Index(fields=["type", "-created_at"], name=TYPE_INDEX),
+            models.Index(fields=["queue", "-created_at"], name=QUEUE_INDEX),
         ]
         constraints = [
             # The database, not a check-then-insert, makes keys unique.
@@ -169,3 +179,25 @@ class Job(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
+
+
+class DeadJobManager(models.Manager["DeadJob"]):
+    """Only ``dead`` jobs: what the admin's "Dead jobs" page lists."""
+
+    def get_queryset(self) -> models.QuerySet[DeadJob]:
+        return super().get_queryset().filter(status=JobStatus.DEAD)
+
+
+class DeadJob(Job):
+    """The dead-letter queue as its own model, so the admin gets a "Dead jobs" entry.
+
+    A proxy: same table, same rows, no migration of data. Its manager
+    filters on ``status = 'dead'``, which the status index serves.
+    """
+
+    objects = DeadJobManager()  # type: ignore[assignment,misc]
+
+    class Meta:
+        proxy = True
+        verbose_name = _("dead job")
+        verbose_name_plural = _("dead jobs")
