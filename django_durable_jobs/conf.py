@@ -28,6 +28,9 @@ from .constants import (
 )
 
 SETTINGS_NAME = "DURABLE_JOBS"
+#: The largest page the REST API serves, whatever ``API_PAGE_SIZE`` or
+#: ``?page_size=`` ask for: a bound on one request's work.
+API_MAX_PAGE_SIZE = 1000
 
 
 def _positive_number(value: Any) -> bool:
@@ -64,6 +67,22 @@ def _priority(value: Any) -> bool:
 
 def _max_attempts(value: Any) -> bool:
     return _positive_int(value) and value <= MAX_ATTEMPTS_LIMIT
+
+
+def _bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _import_strings(value: Any) -> bool:
+    return (
+        isinstance(value, (list, tuple))
+        and bool(value)
+        and all(isinstance(item, str) and "." in item and item.strip() == item for item in value)
+    )
+
+
+def _page_size(value: Any) -> bool:
+    return _positive_int(value) and value <= API_MAX_PAGE_SIZE
 
 
 def _channel(value: Any) -> bool:
@@ -151,6 +170,31 @@ SETTINGS: dict[str, Setting] = {
         _channel,
         f"a non-empty string of at most {NOTIFY_CHANNEL_MAX_BYTES} bytes",
         "PostgreSQL NOTIFY channel that enqueue signals and workers listen on.",
+    ),
+    "API_MAX_BODY_BYTES": Setting(
+        1_048_576,
+        _positive_int,
+        "an integer >= 1",
+        "Largest request body the REST API reads; larger ones are refused with 413.",
+    ),
+    "API_ALLOW_UNREGISTERED_TYPES": Setting(
+        False,
+        _bool,
+        "True or False",
+        "Whether the REST API enqueues job types no handler is registered for in this process.",
+    ),
+    "API_PERMISSION_CLASSES": Setting(
+        ("django_durable_jobs.api.permissions.IsStaffOrHasJobPermission",),
+        _import_strings,
+        "a non-empty list or tuple of dotted import paths of DRF permission classes",
+        "DRF permission classes that guard every REST endpoint but health (all must allow).",
+    ),
+    "API_PAGE_SIZE": Setting(
+        50,
+        _page_size,
+        f"an integer from 1 to {API_MAX_PAGE_SIZE}",
+        "Jobs per page in the REST API's list (?page_size= may ask for up to "
+        f"{API_MAX_PAGE_SIZE}).",
     ),
 }
 

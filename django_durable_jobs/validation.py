@@ -122,6 +122,8 @@ def dump_payload(value: Any) -> str:
         text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidJob("payload", f"is not JSON-serialisable: {exc}.") from None
+    except RecursionError:
+        raise InvalidJob("payload", "is nested too deeply to serialise.") from None
     if "\\u0000" in text:
         # PostgreSQL's jsonb cannot store NUL in a string.
         raise InvalidJob("payload", "must not contain NUL characters.")

@@ -28,6 +28,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
     "django_durable_jobs",
     "example",
 ]
@@ -82,6 +85,27 @@ STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 DURABLE_JOBS: dict[str, object] = {}
+
+# The REST API at /api/ (django_durable_jobs.api.urls). Basic first, so an
+# anonymous client gets 401 with a WWW-Authenticate challenge rather than 403;
+# session auth (CSRF enforced) serves browsers logged in through the admin.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.BasicAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "django-durable-jobs",
+    "DESCRIPTION": "Enqueue, inspect, requeue and cancel durable jobs.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Request bodies and responses as separate components: a job you send is
+    # not the job you get back.
+    "COMPONENT_SPLIT_REQUEST": True,
+}
 
 LOGGING = {
     "version": 1,

@@ -78,6 +78,15 @@ def test_settings_defaults_are_validated_when_read() -> None:
         enqueue("t")
 
 
+def test_a_payload_nested_too_deeply_is_invalid_not_a_crash() -> None:
+    payload: dict[str, object] = {}
+    inner = payload
+    for _ in range(5000):
+        inner["x"] = inner = {}
+    with pytest.raises(InvalidJob, match="nested too deeply"):
+        enqueue("t", payload)
+
+
 def test_naive_run_at_is_accepted_without_use_tz() -> None:
     with override_settings(USE_TZ=False):
         spec = build_spec("t", run_at=datetime(2030, 1, 1))

@@ -1,0 +1,115 @@
+"""Every API error as JSON ``{"error": code, "detail": ...}``.
+
+The handler is set on the views themselves (``get_exception_handler``), so a
+project does not have to change its global ``REST_FRAMEWORK`` settings for
+the API to answer 401/403/404/405/409/413/415 in this shape. Domain errors
+are translated here, so views can call ``enqueue()`` and ``operations``
+without a ``try`` around each call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ObjectDoesNotExist
+from rest_framework import status
+from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from ..exceptions import IdempotencyConflict, InvalidJob
+from ..operations import JobStateError
+
+#: ``InvalidJob.field`` names that the REST body spells differently.
+API_FIELD_NAMES = {"delay": "delay_seconds"}
+
+
+class APIError(APIException):
+    """An API error that adds fields of its own next to ``error`` and ``detail``."""
+
+    def __init__(self, detail: Any = None, *, extra: dict[str, Any] | None = None) -> None:
+        super().__init__(detail)
+        self.extra = extra or {}
+
+
+class PayloadTooLarge(APIError):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "payload_too_large"
+    default_detail = "The request body is too large."
+
+
+class LengthRequired(APIError):
+    status_code = status.HTTP_411_LENGTH_REQUIRED
+    default_code = "length_required"
+    default_detail = "Send the request body with a Content-Length header (not chunked)."
+
+
+class Conflict(APIError):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+    default_detail = "The request conflicts with the job's current state."
+
+
+class IdempotencyConflictError(Conflict):
+    default_code = "idempotency_conflict"
+
+
+class InvalidStateError(Conflict):
+    default_code = "invalid_state"
+
+
+def invalid_job_error(exc: InvalidJob) -> ValidationError:
+    """``InvalidJob`` as a 400 naming the field as the request body spells it."""
+    field = API_FIELD_NAMES.get(exc.field, exc.field)
+    message = exc.message
+    if exc.field == "run_at" and "not both" in message:
+        message = "give either delay_seconds or run_at, not both."
+    return ValidationError({field: [message]})
+
+
+def translate(exc: Exception) -> Exception:
+    """The DRF exception for one of the queue's own errors (others unchanged)."""
+    if isinstance(exc, InvalidJob):
+        return invalid_job_error(exc)
+    if isinstance(exc, IdempotencyConflict):
+        return IdempotencyConflictError(
+            str(exc),
+            extra={"job_id": str(exc.existing.pk), "differences": list(exc.differences)},
+        )
+    if isinstance(exc, JobStateError):
+        return InvalidStateError(
+            str(exc), extra={"job_status": exc.job.status, "allowed": list(exc.allowed)}
+        )
+    if isinstance(exc, ObjectDoesNotExist):
+        return NotFound("No job with this id.")
+    return exc
+
+
+def error_code(exc: Exception) -> str:
+    code = getattr(exc, "default_code", None)
+    if isinstance(exc, ValidationError):
+        return "invalid"
+    return code if isinstance(code, str) else "error"
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's handler, then the body reshaped to ``{"error", "detail", ...}``.
+
+    Returns ``None`` (a 500) only for exceptions that are neither DRF's,
+    Django's 404/PermissionDenied nor the queue's: those are bugs.
+    """
+    exc = translate(exc)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    data = response.data
+    if isinstance(exc, ValidationError):
+        detail = data if isinstance(data, dict) else {"body": data}
+    elif isinstance(data, dict) and set(data) == {"detail"}:
+        detail = data["detail"]
+    else:
+        detail = data
+    body: dict[str, Any] = {"error": error_code(exc), "detail": detail}
+    body.update(getattr(exc, "extra", {}))
+    response.data = body
+    return response

@@ -1,0 +1,332 @@
+"""Request and response bodies of the REST API.
+
+``EnqueueSerializer`` checks only JSON types (a string is a string, an
+integer is not ``"5"`` or ``5.0``) and the API's own rules (the key is
+required, registered types only, header and body agree). The values
+themselves (lengths, ranges, queue names) are checked by ``enqueue()``'s
+validation, the one implementation, and its ``InvalidJob`` is reported
+against the same field (see ``errors.invalid_job_error``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from ..conf import jobs_settings
+from ..constants import (
+    IDEMPOTENCY_KEY_MAX_LENGTH,
+    MAX_ATTEMPTS_LIMIT,
+    MAX_DELAY_SECONDS,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    QUEUE_MAX_LENGTH,
+    TYPE_MAX_LENGTH,
+)
+from ..exceptions import InvalidJob
+from ..models import Job, JobStatus
+from ..registry import registry
+from ..validation import validate_type
+
+# --- strict JSON fields ------------------------------------------------------
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string, kept as sent: no coercion of numbers, no trimming."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        kwargs.setdefault("allow_blank", True)  # validation.py says "must not be empty"
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            raise serializers.ValidationError(f"must be a string, not {_json_type(data)}.")
+        return data
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer: ``"5"``, ``5.0`` and ``true`` are refused."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise serializers.ValidationError(f"must be an integer, not {_json_type(data)}.")
+        return data
+
+
+class SecondsField(serializers.FloatField):
+    """A JSON number of seconds (integer or fraction)."""
+
+    def to_internal_value(self, data: Any) -> float | int:
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            raise serializers.ValidationError(f"must be a number, not {_json_type(data)}.")
+        return data
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class JSONObjectField(serializers.JSONField):
+    """A JSON object (``{...}``); arrays, strings, numbers and null are refused."""
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError(f"must be a JSON object, not {_json_type(data)}.")
+        return data
+
+
+class AwareDateTimeField(serializers.DateTimeField):
+    """An ISO 8601 time with a UTC offset; a naive time is refused, not guessed."""
+
+    def to_internal_value(self, value: Any) -> datetime:
+        if not isinstance(value, str):
+            raise serializers.ValidationError(
+                f"must be an ISO 8601 string, not {_json_type(value)}."
+            )
+        try:
+            parsed = parse_datetime(value)
+        except ValueError:
+            parsed = None
+        if parsed is None:
+            raise serializers.ValidationError(
+                "must be an ISO 8601 date and time, e.g. 2030-01-31T09:00:00Z."
+            )
+        if settings.USE_TZ and timezone.is_naive(parsed):
+            raise serializers.ValidationError(
+                "must include a UTC offset (Z or +hh:mm): a naive time is ambiguous."
+            )
+        return parsed
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+# --- enqueue -------------------------------------------------------------------
+
+
+class EnqueueSerializer(serializers.Serializer):
+    """The body of ``POST /api/jobs``.
+
+    ``context["header_key"]`` is the ``Idempotency-Key`` header, if sent.
+    """
+
+    type = StrictCharField(
+        help_text=f"Job type (handler name), at most {TYPE_MAX_LENGTH} characters."
+    )
+    payload = JSONObjectField(required=False, help_text="JSON object given to the handler.")
+    idempotency_key = StrictCharField(
+        required=False,
+        help_text=(
+            f"Required here or as the Idempotency-Key header; at most "
+            f"{IDEMPOTENCY_KEY_MAX_LENGTH} characters. The same key with the same "
+            "parameters returns the same job."
+        ),
+    )
+    queue = StrictCharField(
+        required=False,
+        help_text=f"Queue name (letters, digits, '_', '-', '.'), at most {QUEUE_MAX_LENGTH}.",
+    )
+    priority = StrictIntegerField(
+        required=False,
+        help_text=f"Higher runs first; {PRIORITY_MIN} to {PRIORITY_MAX}.",
+    )
+    delay_seconds = SecondsField(
+        required=False,
+        help_text=f"Run no sooner than this many seconds from now; 0 to {MAX_DELAY_SECONDS}.",
+    )
+    run_at = AwareDateTimeField(
+        required=False, help_text="Run no sooner than this time (with a UTC offset)."
+    )
+    max_attempts = StrictIntegerField(
+        required=False, help_text=f"Attempts before the job goes dead; 1 to {MAX_ATTEMPTS_LIMIT}."
+    )
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {name: ["is not a field of a job request."] for name in unknown}
+                )
+        return super().to_internal_value(data)
+
+    def validate_type(self, value: str) -> str:
+        try:
+            validate_type(value)
+        except InvalidJob as exc:
+            raise serializers.ValidationError(exc.message) from None
+        if value not in registry and not jobs_settings.API_ALLOW_UNREGISTERED_TYPES:
+            raise serializers.ValidationError(
+                f"no handler is registered for job type {value!r} "
+                "(DURABLE_JOBS['API_ALLOW_UNREGISTERED_TYPES'] is False)."
+            )
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        header = self.context.get("header_key")
+        body = attrs.get("idempotency_key")
+        if header is not None and body is not None and header != body:
+            raise serializers.ValidationError(
+                {
+                    "idempotency_key": [
+                        "differs from the Idempotency-Key header; send one or both equal."
+                    ]
+                }
+            )
+        key = body if body is not None else header
+        if key is None:
+            raise serializers.ValidationError(
+                {"idempotency_key": ["is required (in the body or as the Idempotency-Key header)."]}
+            )
+        if "delay_seconds" in attrs and "run_at" in attrs:
+            raise serializers.ValidationError(
+                {"delay_seconds": ["give either delay_seconds or run_at, not both."]}
+            )
+        return {**attrs, "idempotency_key": key}
+
+    def enqueue_arguments(self) -> dict[str, Any]:
+        """The validated body as ``enqueue()``'s keyword arguments."""
+        data = dict(self.validated_data)
+        if "delay_seconds" in data:
+            data["delay"] = data.pop("delay_seconds")
+        return data
+
+
+# --- jobs ------------------------------------------------------------------------
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class ObjectField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(OpenApiTypes.ANY)
+class AnyJSONField(serializers.JSONField):
+    pass
+
+
+JOB_FIELDS = (
+    "id",
+    "type",
+    "queue",
+    "payload",
+    "idempotency_key",
+    "status",
+    "priority",
+    "attempts",
+    "max_attempts",
+    "available_at",
+    "started_at",
+    "completed_at",
+    "last_error",
+    "created_at",
+    "updated_at",
+)
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """A job as listed."""
+
+    payload = ObjectField(read_only=True)
+    status = serializers.ChoiceField(choices=JobStatus.choices, read_only=True)
+
+    class Meta:
+        model = Job
+        fields = JOB_FIELDS
+        read_only_fields = JOB_FIELDS
+
+
+class JobDetailSerializer(JobSerializer):
+    """A job with its result and failure history."""
+
+    result = AnyJSONField(read_only=True, allow_null=True)
+    errors = serializers.ListField(child=ObjectField(), read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = (*JOB_FIELDS, "result", "errors")
+        read_only_fields = fields
+
+
+# --- stats, health, errors (responses) -----------------------------------------
+
+
+class StatusCountsSerializer(serializers.Serializer):
+    pending = serializers.IntegerField()
+    running = serializers.IntegerField()
+    completed = serializers.IntegerField()
+    dead = serializers.IntegerField()
+    cancelled = serializers.IntegerField()
+
+
+class QueueStatsSerializer(StatusCountsSerializer):
+    total = serializers.IntegerField()
+    oldest_pending_age_seconds = serializers.FloatField(
+        allow_null=True,
+        help_text="Seconds the oldest runnable pending job of this queue has waited.",
+    )
+
+
+class StatsSerializer(serializers.Serializer):
+    total = serializers.IntegerField()
+    statuses = StatusCountsSerializer()
+    queues = serializers.DictField(child=QueueStatsSerializer())
+    oldest_pending_age_seconds = serializers.FloatField(
+        allow_null=True,
+        help_text=(
+            "Seconds the oldest runnable pending job (available_at in the past) has "
+            "waited since available_at; null when none is waiting."
+        ),
+    )
+
+
+class HealthSerializer(serializers.Serializer):
+    # Plain strings, not enums: their "ok"/"unavailable" would collide in the
+    # schema's enum names with the job's status.
+    status = serializers.CharField(help_text="ok or unavailable.")
+    database = serializers.CharField(help_text="ok or unavailable.")
+    error = serializers.CharField(required=False, help_text="database_unavailable, on a 503.")
+    detail = serializers.CharField(required=False)
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every error: a stable code and a human message (or per-field messages)."""
+
+    error = serializers.CharField(help_text="Stable code, e.g. invalid, not_found, conflict.")
+    detail = AnyJSONField(help_text="A message, or {field: [messages]} for invalid input.")
+
+
+class ValidationErrorSerializer(ErrorSerializer):
+    detail = serializers.DictField(  # type: ignore[assignment]
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text="Messages by field name.",
+    )
+
+
+class IdempotencyConflictSerializer(ErrorSerializer):
+    job_id = serializers.UUIDField(help_text="The job that holds the key.")
+    differences = serializers.ListField(
+        child=serializers.CharField(), help_text="Parameters that differ from that job's."
+    )
+
+
+class InvalidStateSerializer(ErrorSerializer):
+    job_status = serializers.CharField(help_text="The job's status, which the call refused.")
+    allowed = serializers.ListField(child=serializers.CharField())

@@ -1,0 +1,250 @@
+"""The API's views: parse the request, call ``enqueue()`` or ``operations``, answer.
+
+No queue rule lives here. Domain errors propagate and ``errors.exception_handler``
+turns them into 400/404/409 answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from django.db import DatabaseError, connections
+from django.db.models import QuerySet
+from django.urls import reverse
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status as http
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.permissions import AllowAny, BasePermission
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+from rest_framework.viewsets import GenericViewSet
+
+from .. import db, operations
+from ..enqueueing import enqueue
+from ..models import Job, JobStatus
+from . import serializers as s
+from .errors import exception_handler
+from .pagination import JobCursorPagination
+from .parsers import BoundedJSONParser, check_body_size
+from .permissions import permission_classes
+from .stats import job_stats
+
+logger = logging.getLogger(__name__)
+
+ERROR = s.ErrorSerializer
+AUTH_ERRORS = {
+    401: OpenApiResponse(ERROR, description="Not authenticated."),
+    403: OpenApiResponse(ERROR, description="Not allowed (or not authenticated, CSRF)."),
+}
+NOT_FOUND = {404: OpenApiResponse(ERROR, description="No job with this id.")}
+STATE_CONFLICT = {
+    409: OpenApiResponse(
+        s.InvalidStateSerializer, description="The job is not in a state the call applies to."
+    )
+}
+JOB_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="Job id.")
+
+
+class JSONErrorsMixin:
+    """JSON only, errors in the ``{"error", "detail"}`` shape, whatever the project's defaults."""
+
+    renderer_classes = (JSONRenderer,)
+    schema = AutoSchema()
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+
+class JobViewSet(JSONErrorsMixin, GenericViewSet):
+    """Enqueue, list, inspect, requeue and cancel jobs."""
+
+    queryset = Job.objects.all()
+    serializer_class = s.JobSerializer
+    pagination_class = JobCursorPagination
+    parser_classes = (BoundedJSONParser,)
+    # Any segment reaches the view, so a malformed id is a JSON 404, not Django's page.
+    lookup_value_regex = "[^/]+"
+
+    def get_permissions(self) -> list[BasePermission]:
+        return [cls() for cls in permission_classes()]
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        # Before authentication: an oversized body is refused without reading it
+        # and without a database query.
+        check_body_size(request)
+        super().initial(request, *args, **kwargs)
+
+    # -- helpers -------------------------------------------------------------
+
+    def _job_id(self) -> uuid.UUID:
+        try:
+            return uuid.UUID(str(self.kwargs["pk"]))
+        except ValueError:
+            raise NotFound("No job with this id.") from None
+
+    def _answer(self, job: Job, code: int = http.HTTP_200_OK, **kwargs: Any) -> Response:
+        return Response(s.JobDetailSerializer(job).data, status=code, **kwargs)
+
+    def filter_queryset(self, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        """``?status=``, ``?type=``, ``?queue=``: exact matches (``status`` uses its index)."""
+        params = self.request.query_params
+        errors: dict[str, list[str]] = {}
+        status = params.get("status")
+        if status is not None:
+            if status in JobStatus.values:
+                queryset = queryset.filter(status=status)
+            else:
+                errors["status"] = [f"must be one of {', '.join(JobStatus.values)}."]
+        for name in ("type", "queue"):
+            value = params.get(name)
+            if value is not None:
+                if value:
+                    queryset = queryset.filter(**{name: value})
+                else:
+                    errors[name] = ["must not be empty."]
+        if errors:
+            raise ValidationError(errors)
+        return queryset
+
+    # -- actions -------------------------------------------------------------
+
+    @extend_schema(
+        operation_id="jobs_create",
+        summary="Enqueue a job (idempotent)",
+        request=s.EnqueueSerializer,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="The idempotency key, instead of the body's idempotency_key.",
+            )
+        ],
+        responses={
+            201: OpenApiResponse(s.JobDetailSerializer, description="A new job."),
+            200: OpenApiResponse(
+                s.JobDetailSerializer, description="Replay: the key's existing job."
+            ),
+            400: OpenApiResponse(s.ValidationErrorSerializer, description="Invalid input."),
+            **AUTH_ERRORS,
+            409: OpenApiResponse(
+                s.IdempotencyConflictSerializer,
+                description="The key belongs to a job with other parameters.",
+            ),
+            411: OpenApiResponse(ERROR, description="Chunked body without Content-Length."),
+            413: OpenApiResponse(ERROR, description="Body over API_MAX_BODY_BYTES."),
+            415: OpenApiResponse(ERROR, description="Body is not application/json."),
+        },
+    )
+    def create(self, request: Request) -> Response:
+        serializer = s.EnqueueSerializer(
+            data=request.data, context={"header_key": request.headers.get("Idempotency-Key")}
+        )
+        serializer.is_valid(raise_exception=True)
+        result = enqueue(**serializer.enqueue_arguments())
+        job = result.job
+        location = reverse("durable_jobs_api:job-detail", kwargs={"pk": job.pk})
+        code = http.HTTP_201_CREATED if result.created else http.HTTP_200_OK
+        return self._answer(job, code, headers={"Location": location})
+
+    @extend_schema(
+        summary="List jobs, newest first",
+        parameters=[
+            OpenApiParameter("status", str, enum=JobStatus.values, description="Only this status."),
+            OpenApiParameter("type", str, description="Only this job type."),
+            OpenApiParameter("queue", str, description="Only this queue."),
+            OpenApiParameter(
+                "page_size", int, description="Jobs per page (default API_PAGE_SIZE)."
+            ),
+        ],
+        responses={
+            200: s.JobSerializer(many=True),
+            400: OpenApiResponse(s.ValidationErrorSerializer, description="Bad filter or cursor."),
+            **AUTH_ERRORS,
+        },
+    )
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    @extend_schema(
+        summary="One job, with its result and failure history",
+        parameters=[JOB_ID],
+        responses={200: s.JobDetailSerializer, **AUTH_ERRORS, **NOT_FOUND},
+    )
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return self._answer(Job.objects.get(pk=self._job_id()))
+
+    @extend_schema(
+        summary="Requeue a dead or cancelled job",
+        description="Back to pending, attempts 0, runnable now; the error history is kept.",
+        request=None,
+        parameters=[JOB_ID],
+        responses={200: s.JobDetailSerializer, **AUTH_ERRORS, **NOT_FOUND, **STATE_CONFLICT},
+    )
+    @action(detail=True, methods=["post"])
+    def requeue(self, request: Request, pk: str) -> Response:
+        return self._answer(operations.requeue(self._job_id()))
+
+    @extend_schema(
+        summary="Cancel a pending job",
+        request=None,
+        parameters=[JOB_ID],
+        responses={200: s.JobDetailSerializer, **AUTH_ERRORS, **NOT_FOUND, **STATE_CONFLICT},
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        return self._answer(operations.cancel(self._job_id()))
+
+    @extend_schema(
+        summary="Counts by queue and status, and queue lag",
+        responses={200: s.StatsSerializer, **AUTH_ERRORS},
+    )
+    @action(detail=False, methods=["get"])
+    def stats(self, request: Request) -> Response:
+        return Response(s.StatsSerializer(job_stats()).data)
+
+
+class HealthView(JSONErrorsMixin, APIView):
+    """Liveness of the web process and its database; no authentication.
+
+    Answers no job data, so load balancers and probes need no credentials.
+    """
+
+    authentication_classes = ()
+    permission_classes = (AllowAny,)
+
+    @extend_schema(
+        summary="Health: 200 when the database answers, 503 when not",
+        auth=[],
+        responses={
+            200: s.HealthSerializer,
+            503: OpenApiResponse(s.HealthSerializer, description="The database did not answer."),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        alias = db.database_alias()
+        try:
+            with connections[alias].cursor() as cursor:
+                cursor.execute("SELECT 1")
+                cursor.fetchone()
+        except DatabaseError:
+            # The error text may name hosts and users: logged, not answered.
+            logger.warning("Health check: database alias=%s unavailable", alias, exc_info=True)
+            return Response(
+                {
+                    "status": "unavailable",
+                    "database": "unavailable",
+                    "error": "database_unavailable",
+                    "detail": "The database did not answer.",
+                },
+                status=http.HTTP_503_SERVICE_UNAVAILABLE,
+            )
+        return Response({"status": "ok", "database": "ok"})
