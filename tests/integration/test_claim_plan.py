@@ -16,6 +16,7 @@ from django_durable_jobs.constants import (
     CLAIM_INDEX,
     CLAIM_QUEUE_INDEX,
     LEASE_INDEX,
+    QUEUE_INDEX,
     STATUS_INDEX,
 )
 from django_durable_jobs.sql import QUERIES
@@ -89,7 +90,10 @@ def test_a_small_queue_is_claimed_by_index_past_a_big_backlog(
         )
         cursor.execute("ANALYZE durable_jobs_job")
     plan = explain(QUERIES["claim_jobs_in_queues"], {**PARAMS, "queues": queues})
-    assert CLAIM_QUEUE_INDEX in plan, plan
+    # PostgreSQL 15 picks the claim-by-queue index; 18 may pick the listing
+    # index on (queue, created_at) for so few rows. Either reads only these
+    # queues' entries, never the big backlog.
+    assert CLAIM_QUEUE_INDEX in plan or QUEUE_INDEX in plan, plan
     assert "Seq Scan" not in plan, plan
 
 
