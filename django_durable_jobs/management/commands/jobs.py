@@ -1,0 +1,330 @@
+"""``manage.py jobs``: inspect and act on the queue without writing SQL.
+
+A thin shell: it parses and checks input, then calls ``operations`` (requeue,
+cancel), ``pruning`` and ``api.stats``, the same code as the admin and the
+REST API. Every subcommand takes ``--json`` for scripts. Bad input raises
+``CommandError`` (exit status 1) rather than an argparse error (status 2), so
+that a script sees one failure code whatever was wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Q
+from django.utils import timezone
+
+from ... import operations, pruning
+from ...api.stats import job_stats
+from ...durations import format_duration, parse_duration
+from ...models import Job, JobStatus
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 10_000
+#: Jobs requeued per transaction by ``requeue --all-dead``.
+REQUEUE_BATCH = 1_000
+LIST_COLUMNS = ("id", "type", "queue", "status", "attempts", "created_at")
+
+
+def parse_ids(values: Sequence[str]) -> list[uuid.UUID]:
+    ids = []
+    for value in values:
+        try:
+            ids.append(uuid.UUID(value))
+        except ValueError:
+            raise CommandError(f"{value!r} is not a job id (a UUID)", returncode=1) from None
+    return list(dict.fromkeys(ids))
+
+
+def parse_int(value: Any, option: str, *, low: int, high: int) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise CommandError(f"{option}: {value!r} is not a whole number", returncode=1) from None
+    if not low <= number <= high:
+        raise CommandError(f"{option}: must be from {low} to {high}, got {number}", returncode=1)
+    return number
+
+
+def _iso(value: Any) -> Any:
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    return {
+        "id": str(job.pk),
+        "type": job.type,
+        "queue": job.queue,
+        "status": job.status,
+        "priority": job.priority,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "created_at": _iso(job.created_at),
+        "available_at": _iso(job.available_at),
+        "completed_at": _iso(job.completed_at),
+    }
+
+
+def job_detail(job: Job) -> dict[str, Any]:
+    return {
+        **job_summary(job),
+        "idempotency_key": job.idempotency_key,
+        "payload": job.payload,
+        "started_at": _iso(job.started_at),
+        "updated_at": _iso(job.updated_at),
+        "lease_holder": job.lease_holder,
+        "lease_expires_at": _iso(job.lease_expires_at),
+        "last_error": job.last_error,
+        "errors": job.errors,
+        "result": job.result,
+    }
+
+
+def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> str:
+    """A plain left-aligned text table (no dependency, copy-paste friendly)."""
+    text_rows = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in text_rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [list(headers), ["-" * w for w in widths], *text_rows]
+    ]
+    return "\n".join(lines)
+
+
+class Command(BaseCommand):
+    help = "Inspect and manage durable jobs: stats, list, show, requeue, cancel, prune."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
+
+        def add(name: str, help_text: str) -> CommandParser:
+            command = sub.add_parser(name, help=help_text, description=help_text)
+            command.add_argument("--json", action="store_true", help="Print JSON for scripts.")
+            return command
+
+        add("stats", "Job counts by status and by queue, and the oldest pending job's wait.")
+
+        listing = add("list", "List jobs, newest first.")
+        listing.add_argument("--status", help="Only jobs in this status (pending, running, ...).")
+        listing.add_argument("--type", help="Only jobs of this type.")
+        listing.add_argument("--queue", help="Only jobs in this queue.")
+        listing.add_argument(
+            "--limit",
+            default=DEFAULT_LIMIT,
+            help=f"How many jobs to show, at most {MAX_LIMIT} (default: %(default)s).",
+        )
+
+        show = add("show", "Everything about one job, its error history included.")
+        show.add_argument("id", help="The job's id.")
+
+        requeue = add("requeue", "Put dead or cancelled jobs back to pending, attempts reset.")
+        requeue.add_argument("ids", nargs="*", metavar="ID", help="Ids of the jobs to requeue.")
+        requeue.add_argument(
+            "--all-dead", action="store_true", help="Requeue every dead job (in batches)."
+        )
+        requeue.add_argument("--type", help="With --all-dead: only jobs of this type.")
+        requeue.add_argument("--queue", help="With --all-dead: only jobs in this queue.")
+
+        cancel = add("cancel", "Cancel pending jobs.")
+        cancel.add_argument("ids", nargs="+", metavar="ID", help="Ids of the jobs to cancel.")
+
+        prune = add("prune", "Delete finished jobs older than a duration, in batches.")
+        prune.add_argument(
+            "--older-than",
+            required=True,
+            metavar="DURATION",
+            help="Age of completed_at, e.g. 45s, 15m, 12h or 7d.",
+        )
+        prune.add_argument(
+            "--include-dead",
+            action="store_true",
+            help="Delete dead jobs too (default: completed and cancelled only).",
+        )
+        prune.add_argument(
+            "--batch-size",
+            default=pruning.DEFAULT_BATCH_SIZE,
+            help="Rows deleted per transaction, at most "
+            f"{pruning.MAX_BATCH_SIZE} (default: %(default)s).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        handler = getattr(self, "handle_" + options["subcommand"])
+        data, text = handler(options)
+        if options["json"]:
+            self.stdout.write(json.dumps(data, indent=2, default=str))
+        else:
+            self.stdout.write(text)
+        failure = data.get("error") if isinstance(data, dict) else None
+        if failure:
+            raise CommandError(failure, returncode=1)
+
+    # Subcommands: each returns (JSON data, readable text).
+
+    def handle_stats(self, options: dict[str, Any]) -> tuple[Any, str]:
+        stats = job_stats()
+        statuses = table(stats["statuses"].items(), ("status", "jobs"))
+        queues = table(
+            (
+                [queue, *(entry[s] for s in JobStatus.values), entry["total"]]
+                for queue, entry in stats["queues"].items()
+            ),
+            ("queue", *JobStatus.values, "total"),
+        )
+        oldest = stats["oldest_pending_age_seconds"]
+        text = (
+            f"{statuses}\n\nTotal: {stats['total']}\n"
+            f"Oldest runnable pending job waiting: "
+            f"{'-' if oldest is None else f'{oldest:.1f}s'}\n\n{queues}"
+        )
+        return stats, text
+
+    def handle_list(self, options: dict[str, Any]) -> tuple[Any, str]:
+        limit = parse_int(options["limit"], "--limit", low=1, high=MAX_LIMIT)
+        jobs = Job.objects.all()
+        if options["status"] is not None:
+            if options["status"] not in JobStatus.values:
+                raise CommandError(
+                    f"--status: unknown status {options['status']!r}; "
+                    f"choose from {', '.join(JobStatus.values)}",
+                    returncode=1,
+                )
+            jobs = jobs.filter(status=options["status"])
+        if options["type"] is not None:
+            jobs = jobs.filter(type=options["type"])
+        if options["queue"] is not None:
+            jobs = jobs.filter(queue=options["queue"])
+        # Newest first, as the status/type/queue/created indexes are ordered.
+        rows = [job_summary(job) for job in jobs.order_by("-created_at")[:limit]]
+        text = table(([row[c] for c in LIST_COLUMNS] for row in rows), LIST_COLUMNS)
+        return rows, f"{text}\n({len(rows)} job{'s' if len(rows) != 1 else ''})"
+
+    def handle_show(self, options: dict[str, Any]) -> tuple[Any, str]:
+        (job_id,) = parse_ids([options["id"]])
+        try:
+            job = Job.objects.get(pk=job_id)
+        except Job.DoesNotExist:
+            raise CommandError(f"No job with id {job_id}", returncode=1) from None
+        detail = job_detail(job)
+        lines = []
+        for key, value in detail.items():
+            if key in ("payload", "result", "errors"):
+                value = json.dumps(value, indent=2, default=str)
+            lines.append(f"{key}: {'' if value is None else value}")
+        return detail, "\n".join(lines)
+
+    def _existing(self, ids: list[uuid.UUID]) -> None:
+        found = set(Job.objects.filter(pk__in=ids).values_list("pk", flat=True))
+        unknown = [str(job_id) for job_id in ids if job_id not in found]
+        if unknown:
+            raise CommandError(f"No job with id {', '.join(unknown)}", returncode=1)
+
+    def _bulk_report(
+        self, verb: str, result: operations.BulkResult, allowed: str
+    ) -> tuple[Any, str]:
+        data: dict[str, Any] = {
+            verb: len(result.changed),
+            "ids": [str(i) for i in result.changed],
+            "skipped": result.skipped,
+        }
+        text = f"{len(result.changed)} job(s) {verb}."
+        if result.skipped:
+            data["error"] = (
+                f"{result.skipped} job(s) not {verb}: only {allowed} jobs can be {verb}."
+            )
+            text += f" {result.skipped} skipped (not {allowed})."
+        return data, text
+
+    def handle_requeue(self, options: dict[str, Any]) -> tuple[Any, str]:
+        if options["all_dead"]:
+            if options["ids"]:
+                raise CommandError("Give job ids or --all-dead, not both", returncode=1)
+            return self._requeue_all_dead(options["type"], options["queue"])
+        if options["type"] is not None or options["queue"] is not None:
+            raise CommandError("--type and --queue only apply with --all-dead", returncode=1)
+        if not options["ids"]:
+            raise CommandError("Give job ids to requeue, or --all-dead", returncode=1)
+        ids = parse_ids(options["ids"])
+        self._existing(ids)
+        return self._bulk_report("requeued", operations.requeue_many(ids), "dead or cancelled")
+
+    def _requeue_all_dead(self, job_type: str | None, queue: str | None) -> tuple[Any, str]:
+        # Only jobs dead before we started: a job that dies again while we
+        # work gets a later completed_at, so the loop always ends.
+        started = timezone.now()
+        dead = Job.objects.dead().filter(
+            Q(completed_at__isnull=True) | Q(completed_at__lte=started)
+        )
+        if job_type is not None:
+            dead = dead.filter(type=job_type)
+        if queue is not None:
+            dead = dead.filter(queue=queue)
+        requeued = batches = 0
+        while True:
+            # One transaction per batch (requeue_many's): row locks are
+            # short, and workers can claim the first batch while we go on.
+            ids = list(dead.values_list("pk", flat=True)[:REQUEUE_BATCH])
+            if not ids:
+                break
+            result = operations.requeue_many(ids)
+            batches += 1
+            requeued += len(result.changed)
+            self._progress(f"requeued {requeued} job(s) in {batches} batch(es)")
+            if not result.changed:
+                break  # Every row moved on meanwhile; do not spin.
+        self._progress_done()
+        return {"requeued": requeued, "batches": batches}, f"{requeued} dead job(s) requeued."
+
+    def handle_cancel(self, options: dict[str, Any]) -> tuple[Any, str]:
+        ids = parse_ids(options["ids"])
+        self._existing(ids)
+        return self._bulk_report("cancelled", operations.cancel_many(ids), "pending")
+
+    def handle_prune(self, options: dict[str, Any]) -> tuple[Any, str]:
+        try:
+            older_than: timedelta = parse_duration(options["older_than"])
+        except ValueError as exc:
+            raise CommandError(f"--older-than: {exc}", returncode=1) from None
+        batch_size = parse_int(
+            options["batch_size"], "--batch-size", low=1, high=pruning.MAX_BATCH_SIZE
+        )
+        statuses = [JobStatus.COMPLETED, JobStatus.CANCELLED]
+        if options["include_dead"]:
+            statuses.append(JobStatus.DEAD)
+        deleted, batches = pruning.prune(
+            statuses,
+            older_than,
+            batch_size=batch_size,
+            on_batch=lambda n, total: self._progress(f"deleted {total} job(s) in {n} batch(es)"),
+        )
+        self._progress_done()
+        data = {
+            "deleted": deleted,
+            "batches": batches,
+            "statuses": [str(s) for s in statuses],
+            "older_than": format_duration(older_than),
+        }
+        text = (
+            f"{deleted} job(s) deleted ({', '.join(data['statuses'])}; finished more than "
+            f"{data['older_than']} ago) in {batches} batch(es)."
+        )
+        return data, text
+
+    # Progress: on stderr, and only on a terminal, so pipes and JSON stay clean.
+
+    def _progress(self, message: str) -> None:
+        if self.stderr.isatty():
+            self.stderr.write(f"\r{message}", ending="")
+            self.stderr.flush()
+            self._progress_shown = True
+
+    def _progress_done(self) -> None:
+        if getattr(self, "_progress_shown", False):
+            self.stderr.write("")
+            self._progress_shown = False

@@ -1,0 +1,103 @@
+"""Deleting finished jobs: ``manage.py jobs prune`` and the workers' retention.
+
+Both delete in batches, one short statement (and transaction) per batch,
+oldest first, through the ``prune_jobs`` query: a prune of a million rows
+never holds one giant transaction, never locks the table, and skips rows
+someone else has locked (a requeue in progress) instead of waiting.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+
+from . import db
+from .durations import parse_duration
+from .models import JobStatus
+
+#: Statuses a prune may delete. Pending and running jobs are never pruned.
+PRUNABLE = (JobStatus.COMPLETED, JobStatus.CANCELLED, JobStatus.DEAD)
+DEFAULT_BATCH_SIZE = 5_000
+MAX_BATCH_SIZE = 100_000
+#: The advisory lock that lets one worker at a time run the retention.
+PRUNER_LOCK_KEY = zlib.crc32(b"django_durable_jobs.pruner")
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    acquired: bool
+    deleted: int
+
+
+def prune_batch(
+    statuses: Iterable[str],
+    older_than: timedelta,
+    *,
+    limit: int,
+    lock_key: int | None = None,
+    using: str | None = None,
+) -> BatchResult:
+    """Delete up to ``limit`` jobs of ``statuses`` finished more than ``older_than`` ago.
+
+    Its own transaction (unless the caller has one open), so the row locks
+    last one batch. With ``lock_key``, nothing is deleted and
+    ``acquired`` is False when another pruner holds the lock.
+    """
+    alias = db.database_alias(using)
+    with transaction.atomic(using=alias):
+        ((acquired, deleted),) = db.execute(
+            alias,
+            "prune_jobs",
+            {
+                "statuses": [str(status) for status in statuses],
+                "older_than_seconds": older_than.total_seconds(),
+                "limit": limit,
+                "lock_key": lock_key,
+            },
+        )
+    return BatchResult(acquired=bool(acquired), deleted=int(deleted))
+
+
+def prune(
+    statuses: Iterable[str],
+    older_than: timedelta,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    max_batches: int | None = None,
+    lock_key: int | None = None,
+    on_batch: Callable[[int, int], object] | None = None,
+    using: str | None = None,
+) -> tuple[int, int]:
+    """Prune in batches until a batch comes back short (or ``max_batches`` ran).
+
+    ``on_batch(batches, deleted_so_far)`` is called after each batch (the
+    CLI's progress line). Returns ``(deleted, batches)``; stops at once when
+    ``lock_key`` is given and another pruner holds it.
+    """
+    statuses = list(statuses)
+    deleted = batches = 0
+    while max_batches is None or batches < max_batches:
+        result = prune_batch(statuses, older_than, limit=batch_size, lock_key=lock_key, using=using)
+        if not result.acquired:
+            break
+        batches += 1
+        deleted += result.deleted
+        if on_batch is not None:
+            on_batch(batches, deleted)
+        if result.deleted < batch_size:
+            break
+    return deleted, batches
+
+
+def retention_periods(value: Mapping[str, Any] | None) -> dict[str, timedelta]:
+    """``RETENTION`` as ``{status: timedelta}``; a status left out (or None) is kept forever."""
+    if value is None:
+        return {}
+    return {
+        status: parse_duration(period) for status, period in value.items() if period is not None
+    }

@@ -1,0 +1,184 @@
+"""``manage.py jobs``: every subcommand, with and without --json, and bad input."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+from django_durable_jobs import enqueue
+from django_durable_jobs.management.commands import jobs as jobs_command
+from django_durable_jobs.models import Job, JobStatus
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def make(status: str = JobStatus.PENDING, job_type: str = "tests.cli", **fields: Any) -> Job:
+    job = enqueue(job_type, queue=fields.pop("queue", "default")).job
+    if status != JobStatus.PENDING or fields:
+        Job.objects.filter(pk=job.pk).update(status=status, **fields)
+    return Job.objects.get(pk=job.pk)
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command("jobs", *args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def run_json(*args: str) -> Any:
+    return json.loads(run(*args, "--json"))
+
+
+def test_stats() -> None:
+    make()
+    make(JobStatus.DEAD, queue="emails")
+    data = run_json("stats")
+    assert data["total"] == 2
+    assert data["statuses"]["dead"] == 1
+    assert data["queues"]["emails"]["dead"] == 1
+    text = run("stats")
+    assert "pending" in text and "emails" in text and "Total: 2" in text
+
+
+def test_list_newest_first_with_filters_and_limit() -> None:
+    old = make(created_at=timezone.now() - timedelta(hours=1))
+    new = make()
+    dead = make(JobStatus.DEAD, job_type="tests.other", queue="emails")
+    rows = run_json("list")
+    assert [row["id"] for row in rows] == [str(dead.pk), str(new.pk), str(old.pk)]
+    assert [row["id"] for row in run_json("list", "--status", "dead")] == [str(dead.pk)]
+    assert [row["id"] for row in run_json("list", "--type", "tests.other")] == [str(dead.pk)]
+    assert [row["id"] for row in run_json("list", "--queue", "emails")] == [str(dead.pk)]
+    assert len(run_json("list", "--limit", "2")) == 2
+    text = run("list", "--status", "pending")
+    assert str(new.pk) in text and str(dead.pk) not in text and "(2 jobs)" in text
+
+
+def test_show() -> None:
+    job = make(JobStatus.DEAD, last_error="boom", errors=[{"attempt": 1, "error": "boom"}])
+    data = run_json("show", str(job.pk))
+    assert data["id"] == str(job.pk) and data["status"] == "dead"
+    assert data["errors"] == [{"attempt": 1, "error": "boom"}]
+    text = run("show", str(job.pk))
+    assert f"id: {job.pk}" in text and "last_error: boom" in text
+
+
+def test_requeue_ids() -> None:
+    dead, cancelled = make(JobStatus.DEAD), make(JobStatus.CANCELLED)
+    data = run_json("requeue", str(dead.pk))
+    assert data["requeued"] == 1 and data["ids"] == [str(dead.pk)]
+    assert "1 job(s) requeued." in run("requeue", str(cancelled.pk))
+    assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.PENDING}
+
+
+def test_requeue_of_a_job_in_the_wrong_state_fails_after_doing_the_rest() -> None:
+    dead, pending = make(JobStatus.DEAD), make()
+    out = StringIO()
+    with pytest.raises(CommandError, match="only dead or cancelled") as excinfo:
+        call_command("jobs", "requeue", str(dead.pk), str(pending.pk), "--json", stdout=out)
+    assert excinfo.value.returncode == 1
+    assert json.loads(out.getvalue())["skipped"] == 1
+    assert Job.objects.get(pk=dead.pk).status == JobStatus.PENDING
+
+
+def test_requeue_all_dead_with_filters(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobs_command, "REQUEUE_BATCH", 2)
+    wanted = [make(JobStatus.DEAD, job_type="tests.a", queue="q1") for _ in range(5)]
+    other_type = make(JobStatus.DEAD, job_type="tests.b", queue="q1")
+    other_queue = make(JobStatus.DEAD, job_type="tests.a", queue="q2")
+    data = run_json("requeue", "--all-dead", "--type", "tests.a", "--queue", "q1")
+    assert data == {"requeued": 5, "batches": 3}
+    assert {j.status for j in Job.objects.filter(pk__in=[j.pk for j in wanted])} == {"pending"}
+    assert Job.objects.get(pk=other_type.pk).status == JobStatus.DEAD
+    assert Job.objects.get(pk=other_queue.pk).status == JobStatus.DEAD
+    assert "1 dead job(s) requeued." in run("requeue", "--all-dead", "--queue", "q2")
+    assert run_json("requeue", "--all-dead") == {"requeued": 1, "batches": 1}
+
+
+def test_cancel() -> None:
+    first, second = make(), make()
+    data = run_json("cancel", str(first.pk))
+    assert data["cancelled"] == 1
+    assert "1 job(s) cancelled." in run("cancel", str(second.pk))
+    assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.CANCELLED}
+
+
+def test_prune_honours_older_than_and_include_dead() -> None:
+    now = timezone.now()
+    old_completed = make(JobStatus.COMPLETED, completed_at=now - timedelta(days=8))
+    old_cancelled = make(JobStatus.CANCELLED, completed_at=now - timedelta(days=8))
+    young_completed = make(JobStatus.COMPLETED, completed_at=now - timedelta(days=6))
+    old_dead = make(JobStatus.DEAD, completed_at=now - timedelta(days=8))
+    pending = make(created_at=now - timedelta(days=30))
+    data = run_json("prune", "--older-than", "7d")
+    assert data["deleted"] == 2 and data["statuses"] == ["completed", "cancelled"]
+    remaining = set(Job.objects.values_list("pk", flat=True))
+    assert remaining == {young_completed.pk, old_dead.pk, pending.pk}
+    assert old_completed.pk not in remaining and old_cancelled.pk not in remaining
+    assert "1 job(s) deleted" in run("prune", "--older-than", "7d", "--include-dead")
+    assert set(Job.objects.values_list("pk", flat=True)) == {young_completed.pk, pending.pk}
+    assert run_json("prune", "--older-than", "5d")["deleted"] == 1
+
+
+def test_prune_works_in_batches() -> None:
+    old = timezone.now() - timedelta(days=1)
+    for _ in range(7):
+        make(JobStatus.COMPLETED, completed_at=old)
+    data = run_json("prune", "--older-than", "1h", "--batch-size", "3")
+    # 3 + 3 + 1: the short third batch ends the loop.
+    assert (data["deleted"], data["batches"]) == (7, 3)
+    assert not Job.objects.exists()
+
+
+def test_prune_shows_progress_on_a_terminal_only() -> None:
+    class Terminal(StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    old = timezone.now() - timedelta(days=1)
+    for _ in range(4):
+        make(JobStatus.COMPLETED, completed_at=old)
+    err = Terminal()
+    out = StringIO()
+    call_command("jobs", "prune", "--older-than", "1h", "--batch-size", "2", stdout=out, stderr=err)
+    assert "deleted 4 job(s) in 2 batch(es)" in err.getvalue()
+    assert "\r" not in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["show", str(uuid.uuid4())], "No job with id"),
+        (["show", "not-a-uuid"], "is not a job id"),
+        (["requeue", str(uuid.uuid4())], "No job with id"),
+        (["requeue", "12"], "is not a job id"),
+        (["requeue"], "Give job ids"),
+        (["requeue", "--type", "x", str(uuid.uuid4())], "only apply with --all-dead"),
+        (["requeue", "--all-dead", str(uuid.uuid4())], "not both"),
+        (["cancel", str(uuid.uuid4())], "No job with id"),
+        (["cancel", "nope"], "is not a job id"),
+        (["list", "--status", "finished"], "unknown status 'finished'"),
+        (["list", "--limit", "0"], "--limit"),
+        (["list", "--limit", "ten"], "not a whole number"),
+        (["prune", "--older-than", "7 days"], "--older-than: '7 days' is not a duration"),
+        (["prune", "--older-than", "7d", "--batch-size", "0"], "--batch-size"),
+    ],
+)
+def test_bad_input_is_a_command_error(args: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message) as excinfo:
+        run(*args)
+    assert excinfo.value.returncode == 1
+
+
+def test_cancel_of_a_running_job_is_refused() -> None:
+    job = make(JobStatus.RUNNING)
+    with pytest.raises(CommandError, match="only pending jobs can be cancelled"):
+        run("cancel", str(job.pk))
