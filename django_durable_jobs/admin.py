@@ -42,7 +42,7 @@ from django.utils.translation import ngettext
 
 from . import operations
 from .conf import jobs_settings
-from .models import DeadJob, Job
+from .models import DeadJob, Job, WorkerProcess
 from .operations import BulkResult
 from .registry import registry
 
@@ -498,3 +498,33 @@ class DeadJobAdmin(JobAdmin):
     )
     list_filter = (TypeFilter, QueueFilter)
     actions = ("requeue_jobs",)
+
+
+@admin.register(WorkerProcess)
+class WorkerProcessAdmin(admin.ModelAdmin):
+    """Running workers, from their heartbeats; read-only (the workers own these rows)."""
+
+    list_display = ("id", "host", "pid", "queue_list", "concurrency", "started_at",
+                    "last_heartbeat", "live")  # fmt: skip
+    search_fields = ("id", "host")
+    readonly_fields = ("id", "host", "pid", "queues", "concurrency", "lease_seconds",
+                       "started_at", "last_heartbeat")  # fmt: skip
+
+    @admin.display(description=_("queues"))
+    def queue_list(self, obj: WorkerProcess) -> str:
+        return ", ".join(obj.queues) if obj.queues else "*"
+
+    @admin.display(description=_("live"), boolean=True)
+    def live(self, obj: WorkerProcess) -> bool:
+        # The rule /api/health counts by: a heartbeat younger than the lease.
+        age = (timezone.now() - obj.last_heartbeat).total_seconds()
+        return age < obj.lease_seconds
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

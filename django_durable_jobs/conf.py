@@ -26,6 +26,7 @@ from .constants import (
     QUEUE_MAX_LENGTH,
     QUEUE_NAME_RE,
 )
+from .durations import parse_duration
 
 SETTINGS_NAME = "DURABLE_JOBS"
 #: The largest page the REST API serves, whatever ``API_PAGE_SIZE`` or
@@ -92,6 +93,28 @@ def _channel(value: Any) -> bool:
         and len(value.encode()) <= NOTIFY_CHANNEL_MAX_BYTES
         and "\x00" not in value
     )
+
+
+#: The statuses ``RETENTION`` may name: finished jobs only.
+RETENTION_STATUSES = ("completed", "cancelled", "dead")
+
+
+def _retention(value: Any) -> bool:
+    if value is None:
+        return True
+    if not isinstance(value, Mapping):
+        return False
+    for status, period in value.items():
+        if status not in RETENTION_STATUSES:
+            return False
+        if period is None:
+            continue
+        try:
+            if parse_duration(period).total_seconds() <= 0:
+                return False
+        except ValueError:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -195,6 +218,13 @@ SETTINGS: dict[str, Setting] = {
         f"an integer from 1 to {API_MAX_PAGE_SIZE}",
         "Jobs per page in the REST API's list (?page_size= may ask for up to "
         f"{API_MAX_PAGE_SIZE}).",
+    ),
+    "RETENTION": Setting(
+        {"completed": "7d", "cancelled": "7d", "dead": "30d"},
+        _retention,
+        "None, or a dict mapping 'completed', 'cancelled' and 'dead' to a duration "
+        "such as '7d' (or None to keep that status forever)",
+        "How long workers keep finished jobs before pruning them; None turns pruning off.",
     ),
 }
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import db
+from . import db, metrics
 from .exceptions import DurableJobsError, IdempotencyConflict, InvalidJob
 from .models import Job, JobStatus
 from .validation import Defaults, JobSpec, build_spec
@@ -144,6 +144,8 @@ def _insert(alias: str, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
                 results[index] = EnqueueResult(
                     None, True, pending=(spec, job_id, available_at, created_at, alias)
                 )
+                if metrics.ENABLED:
+                    metrics.record_enqueued(spec.queue, spec.type)
                 if debug:
                     logger.debug(
                         "Job enqueued id=%s type=%s queue=%s",

@@ -19,6 +19,7 @@ from .constants import (
     CLAIM_INDEX,
     CLAIM_QUEUE_INDEX,
     CREATED_INDEX,
+    FINISHED_INDEX,
     IDEMPOTENCY_CONSTRAINT,
     IDEMPOTENCY_KEY_MAX_LENGTH,
     LEASE_HOLDER_MAX_LENGTH,
@@ -153,6 +154,14 @@ class Job(models.Model):
             models.Index(fields=["-created_at"], name=CREATED_INDEX),
             models.Index(fields=["type", "-created_at"], name=TYPE_INDEX),
             models.Index(fields=["queue", "-created_at"], name=QUEUE_INDEX),
+            # Serves pruning (retention and `jobs prune`): finished jobs,
+            # oldest first. Partial, so pending and running jobs (the hot
+            # rows) never pay for it.
+            models.Index(
+                fields=["completed_at"],
+                name=FINISHED_INDEX,
+                condition=Q(status__in=["completed", "dead", "cancelled"]),
+            ),
         ]
         constraints = [
             # The database, not a check-then-insert, makes keys unique.
@@ -201,3 +210,31 @@ class DeadJob(Job):
         proxy = True
         verbose_name = _("dead job")
         verbose_name_plural = _("dead jobs")
+
+
+class WorkerProcess(models.Model):
+    """A running ``runjobworker`` process, as its last heartbeat described it.
+
+    Each heartbeat (every lease / 3) upserts the row; a graceful shutdown
+    deletes it. A row whose heartbeat is older than a few intervals belongs
+    to a worker that died: ``/api/health`` does not count it as live, and
+    the next worker with the same id overwrites it.
+    """
+
+    id = models.CharField(_("worker id"), max_length=LEASE_HOLDER_MAX_LENGTH, primary_key=True)
+    host = models.CharField(_("host"), max_length=255)
+    pid = models.PositiveIntegerField(_("pid"))
+    queues = models.JSONField(_("queues"), default=list, help_text=_("Empty: every queue."))
+    concurrency = models.PositiveIntegerField(_("concurrency"))
+    lease_seconds = models.FloatField(_("lease seconds"))
+    started_at = models.DateTimeField(_("started at"))
+    last_heartbeat = models.DateTimeField(_("last heartbeat"), db_index=True)
+
+    class Meta:
+        db_table = "durable_jobs_worker"
+        ordering = ["id"]
+        verbose_name = _("worker")
+        verbose_name_plural = _("workers")
+
+    def __str__(self) -> str:
+        return self.id

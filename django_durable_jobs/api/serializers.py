@@ -302,6 +302,14 @@ class HealthSerializer(serializers.Serializer):
     # schema's enum names with the job's status.
     status = serializers.CharField(help_text="ok or unavailable.")
     database = serializers.CharField(help_text="ok or unavailable.")
+    live_workers = serializers.IntegerField(
+        required=False, help_text="Workers whose last heartbeat is younger than their lease."
+    )
+    oldest_pending_age_seconds = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        help_text="How long the oldest runnable pending job has waited; null if none.",
+    )
     error = serializers.CharField(required=False, help_text="database_unavailable, on a 503.")
     detail = serializers.CharField(required=False)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import connections
 from django.db.models import Count, DurationField, ExpressionWrapper, Min
 from django.db.models.functions import Now
 
@@ -55,4 +56,29 @@ def job_stats(using: str | None = None) -> dict[str, Any]:
         "statuses": statuses,
         "queues": dict(sorted(queues.items())),
         "oldest_pending_age_seconds": oldest,
+    }
+
+
+#: A worker is live while its last heartbeat is younger than its lease
+#: (three heartbeat intervals: one or two missed beats are not a death).
+HEALTH_SQL = """
+SELECT
+    (SELECT count(*) FROM durable_jobs_worker
+     WHERE last_heartbeat > now() - make_interval(secs => lease_seconds)),
+    (SELECT EXTRACT(EPOCH FROM now() - min(available_at)) FROM durable_jobs_job
+     WHERE status = 'pending' AND available_at <= now())
+"""
+
+
+def health_stats(using: str | None = None) -> dict[str, Any]:
+    """Live workers and the oldest runnable pending job's age, in one query.
+
+    Raises ``DatabaseError`` when the database does not answer.
+    """
+    with connections[db.database_alias(using)].cursor() as cursor:
+        cursor.execute(HEALTH_SQL)
+        live, age = cursor.fetchone()
+    return {
+        "live_workers": int(live),
+        "oldest_pending_age_seconds": None if age is None else max(float(age), 0.0),
     }

@@ -10,7 +10,7 @@ import logging
 import uuid
 from typing import Any
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 from django.db.models import QuerySet
 from django.urls import reverse
 from drf_spectacular.openapi import AutoSchema
@@ -34,7 +34,7 @@ from .errors import exception_handler
 from .pagination import JobCursorPagination
 from .parsers import BoundedJSONParser, check_body_size
 from .permissions import permission_classes
-from .stats import job_stats
+from .stats import health_stats, job_stats
 
 logger = logging.getLogger(__name__)
 
@@ -215,6 +215,10 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet):
 class HealthView(JSONErrorsMixin, APIView):
     """Liveness of the web process and its database; no authentication.
 
+    Also the number of live workers (heartbeat younger than their lease)
+    and how long the oldest runnable job has waited, so that one probe
+    shows a queue nobody serves.
+
     Answers no job data, so load balancers and probes need no credentials.
     """
 
@@ -232,9 +236,7 @@ class HealthView(JSONErrorsMixin, APIView):
     def get(self, request: Request) -> Response:
         alias = db.database_alias()
         try:
-            with connections[alias].cursor() as cursor:
-                cursor.execute("SELECT 1")
-                cursor.fetchone()
+            stats = health_stats(alias)
         except DatabaseError:
             # The error text may name hosts and users: logged, not answered.
             logger.warning("Health check: database alias=%s unavailable", alias, exc_info=True)
@@ -247,4 +249,4 @@ class HealthView(JSONErrorsMixin, APIView):
                 },
                 status=http.HTTP_503_SERVICE_UNAVAILABLE,
             )
-        return Response({"status": "ok", "database": "ok"})
+        return Response({"status": "ok", "database": "ok", **stats})

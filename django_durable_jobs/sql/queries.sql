@@ -261,3 +261,30 @@ WHERE status = 'pending' AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues
 -- notify_queues --
 -- Wake the workers of these queues, as enqueue does (requeue, run now).
 SELECT count(pg_notify(%(channel)s, queue)) FROM unnest(%(queues)s::text[]) AS queue;
+
+-- prune_jobs --
+-- Delete up to %(limit)s finished jobs (of the given statuses) whose completed_at is older than %(older_than_seconds)s, oldest first. With a %(lock_key)s, a transaction-level advisory lock lets one pruner work at a time and the others skip; NULL (the CLI) prunes without it. Returns whether the lock was acquired and how many rows were deleted.
+WITH pruner AS (
+    -- pg_try_advisory_xact_lock(NULL) is NULL, so a NULL key always "acquires".
+    SELECT (%(lock_key)s::bigint IS NULL OR pg_try_advisory_xact_lock(%(lock_key)s::bigint)) IS NOT FALSE AS acquired
+),
+doomed AS (
+    -- Served by durable_jobs_finished_idx (completed_at, partial on the
+    -- finished statuses). SKIP LOCKED: a row being requeued is left alone,
+    -- and the DELETE never waits on (or blocks) anyone else's row lock.
+    SELECT id
+    FROM durable_jobs_job
+    WHERE status = ANY(%(statuses)s::text[])
+        AND completed_at < now() - make_interval(secs => %(older_than_seconds)s::float8)
+        AND (SELECT acquired FROM pruner)
+    ORDER BY completed_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM durable_jobs_job AS job
+    USING doomed
+    WHERE job.id = doomed.id
+    RETURNING job.id
+)
+SELECT (SELECT acquired FROM pruner), (SELECT count(*) FROM deleted);

@@ -26,7 +26,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from .. import db
+from .. import db, metrics
 from ..conf import jobs_settings
 from .claimed import ClaimedJob
 from .completer import Completer
@@ -34,6 +34,7 @@ from .executor import RetryPolicy, StopWorker, execute, internal_error
 from .listener import Listener, connection_params
 from .maintenance import Maintenance
 from .outcomes import Outcome, release
+from .presence import Presence
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -93,6 +94,10 @@ class Worker:
         self._jobs: queue.SimpleQueue[ClaimedJob | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self.claimed = 0
+        # For /healthz: the main loop runs, and its last claim did not fail.
+        self.loop_alive = False
+        self.claim_failing = False
+        self.presence = Presence(config)
         self.completer = Completer(config.alias, self._history_limit, self._written)
         self.maintenance = Maintenance(
             config.alias,
@@ -102,6 +107,7 @@ class Worker:
             self._leases_lost,
             (self.policy.base, self.policy.cap, self.policy.jitter),
             self._history_limit,
+            on_heartbeat=self.presence.beat,
         )
         self.listener = (
             Listener(config.alias, str(jobs_settings.NOTIFY_CHANNEL), config.queues, self._notify)
@@ -128,6 +134,8 @@ class Worker:
             )
             thread.start()
             self._threads.append(thread)
+        metrics.set_worker_slots(c.concurrency)
+        self.loop_alive = True
         self.completer.start()
         self.maintenance.start()
         if self.listener is not None:
@@ -135,6 +143,7 @@ class Worker:
         try:
             self._loop()
         finally:
+            self.loop_alive = False
             self._shutdown()
         return EXIT_OK
 
@@ -195,8 +204,10 @@ class Worker:
                 try:
                     jobs = self._claim(free)
                     claim_failures = 0
+                    self.claim_failing = False
                 except DatabaseError as exc:
                     claim_failures += 1
+                    self.claim_failing = True
                     delay = min(CLAIM_RETRY_CAP_SECONDS, 0.5 * 2 ** (claim_failures - 1))
                     logger.warning("Claim failed (%s); retrying in %.1fs", exc, delay)
                     connections[c.alias].close()
@@ -243,6 +254,8 @@ class Worker:
                 for job in jobs:
                     self._held[job.id] = job.lease_token
                     self._running[job.id] = job
+            if metrics.ENABLED:
+                metrics.record_claimed(jobs)
             for job in jobs:
                 self._jobs.put(job)
             self.claimed += len(jobs)
@@ -273,6 +286,7 @@ class Worker:
                 job = self._jobs.get()
                 if job is None:
                     return
+                started = time.perf_counter()
                 try:
                     outcome = execute(job, self.config.worker_id, self.policy)
                 except StopWorker as stop:
@@ -281,18 +295,24 @@ class Worker:
                 except Exception as exc:  # a bug of ours: count it, so it cannot loop
                     logger.exception("Worker error running job %s", job.id)
                     outcome = internal_error(job, self.config.worker_id, self.policy, exc)
-                self._finished(job, outcome)
+                self._finished(job, outcome, time.perf_counter() - started)
         finally:
             connections.close_all()
 
-    def _finished(self, job: ClaimedJob, outcome: Outcome) -> None:
+    def _finished(self, job: ClaimedJob, outcome: Outcome, duration: float) -> None:
         with self._lock:
-            self._running.pop(job.id, None)
+            # None when shutdown already gave the job back (and counted that).
+            was_running = self._running.pop(job.id, None) is not None
             if job.id in self._abandoned:
                 self._abandoned.discard(job.id)
                 drop = True
             else:
                 drop = False
+        if was_running and metrics.ENABLED:
+            # Counted here, once per attempt, whatever happens to the write.
+            metrics.record_finished(job, outcome.kind, duration)
+            if drop and outcome.kind != "released":
+                metrics.record_unrecorded(1)
         if drop:
             logger.warning(
                 "Outcome of job %s dropped: its lease was lost or released (%s)",
@@ -326,6 +346,10 @@ class Worker:
                 if self._retry_due is None or due < self._retry_due:
                     self._retry_due = due
                 self._wake_locked()
+        if metrics.ENABLED and len(written) < len(outcomes):
+            metrics.record_unrecorded(
+                sum(1 for o in outcomes if o.job_id not in written and o.kind != "released")
+            )
         for outcome in outcomes:
             if outcome.job_id not in written:
                 logger.warning(
@@ -367,7 +391,11 @@ class Worker:
         with self._lock:
             leftover = list(self._running.values())
             self._abandoned.update(job.id for job in leftover)
+            # No longer in flight: the handler thread, if it ever returns,
+            # finds the job gone and counts nothing.
+            self._running.clear()
         for job in leftover:
+            metrics.record_released(job)
             logger.warning(
                 "Releasing job %s type=%s: still running at the end of the grace period",
                 job.id, job.type, extra={"job_id": str(job.id), "job_type": job.type},
@@ -380,11 +408,25 @@ class Worker:
         if self.listener is not None:
             self.listener.stop()
         self.maintenance.stop()
+        self.presence.remove()
+        metrics.set_worker_slots(0)
         connections[c.alias].close()
         logger.info(
             "Worker stopped worker=%s claimed=%s", c.worker_id, self.claimed,
             extra={"worker_id": c.worker_id},
         )  # fmt: skip
+
+    def healthy(self, now: float | None = None) -> bool:
+        """For ``/healthz``: the loop runs, its last claim worked, and the
+        maintenance thread reached the database within three heartbeats."""
+        now = time.monotonic() if now is None else now
+        last = self.maintenance.last_heartbeat_ok
+        return (
+            self.loop_alive
+            and not self.claim_failing
+            and last is not None
+            and now - last <= 3 * self.maintenance.heartbeat_interval + self.config.poll_interval
+        )
 
     def _force_exit(self) -> None:
         """Second signal: record what is known and give back what runs (best effort, 2 s); exit 1.

@@ -4,7 +4,10 @@ Heartbeat: every ``lease / 3`` the worker pushes back the lease of every
 job it still holds, so a long job keeps its claim. Reaper: every worker
 periodically returns jobs whose lease expired (their worker died or hung)
 to ``pending`` with backoff, or to ``dead`` when out of attempts; an
-advisory lock in the statement lets one worker reap at a time.
+advisory lock in the statement lets one worker reap at a time. Pruning:
+when ``RETENTION`` is set, about once a minute one worker (another advisory
+lock) deletes finished jobs past their retention, a few small batches per
+round so that it never hogs the database.
 """
 
 from __future__ import annotations
@@ -16,15 +19,23 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable
+from datetime import timedelta
 
 from django.db import DatabaseError, connections
 
-from .. import db
+from .. import db, metrics, pruning
+from ..conf import jobs_settings
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
 REAP_BATCH = 1_000
 REAPER_LOCK_KEY = zlib.crc32(b"django_durable_jobs.reaper")
+PRUNER_LOCK_KEY = pruning.PRUNER_LOCK_KEY
+# Retention: a round deletes at most PRUNE_BATCH * PRUNE_MAX_BATCHES rows per
+# period, one short transaction per batch; a backlog drains over a few rounds.
+PRUNE_INTERVAL = 60.0  # seconds
+PRUNE_BATCH = 1_000
+PRUNE_MAX_BATCHES = 10
 
 
 class Maintenance:
@@ -37,8 +48,13 @@ class Maintenance:
         on_lost: Callable[[set[uuid.UUID]], None],
         backoff: tuple[float, float, float],
         history_limit: int,
+        on_heartbeat: Callable[[], None] | None = None,
     ) -> None:
         self._alias = alias
+        # Each heartbeat also records the worker as alive (workers table).
+        self._on_heartbeat = on_heartbeat
+        #: Monotonic time of the last heartbeat that reached the database (/healthz).
+        self.last_heartbeat_ok: float | None = None
         self._worker_id = worker_id
         self._lease_seconds = lease_seconds
         self._held = held
@@ -52,6 +68,9 @@ class Maintenance:
         self.heartbeat_interval = max(0.05, lease_seconds / 3)
         # Reap about twice per lease, jittered so workers do not all try at once.
         self.reap_interval = max(0.1, lease_seconds / 2)
+        # Read once, like the worker's other settings: restart to change it.
+        self.retention = pruning.retention_periods(jobs_settings.RETENTION)
+        self.prune_interval = PRUNE_INTERVAL
 
     def start(self) -> None:
         self._thread.start()
@@ -61,8 +80,10 @@ class Maintenance:
         self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
-        next_heartbeat = time.monotonic() + self.heartbeat_interval
+        # The first heartbeat at once: the worker shows up as alive from the start.
+        next_heartbeat = time.monotonic()
         next_reap = time.monotonic() + random.uniform(0, self.reap_interval)
+        next_prune = time.monotonic() + random.uniform(0, self.prune_interval)
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
@@ -72,7 +93,13 @@ class Maintenance:
                 if now >= next_reap:
                     self._guarded(self.reap)
                     next_reap = now + self.reap_interval * random.uniform(0.75, 1.25)
-                self._stop.wait(max(0.0, min(next_heartbeat, next_reap) - time.monotonic()))
+                if self.retention and now >= next_prune:
+                    self._guarded(self.prune)
+                    next_prune = now + self.prune_interval * random.uniform(0.75, 1.25)
+                wake = min(next_heartbeat, next_reap)
+                if self.retention:
+                    wake = min(wake, next_prune)
+                self._stop.wait(max(0.0, wake - time.monotonic()))
         finally:
             connections[self._alias].close()
 
@@ -86,9 +113,19 @@ class Maintenance:
             connections[self._alias].close()
 
     def heartbeat(self) -> None:
+        if self._extend_leases():
+            self.last_heartbeat_ok = time.monotonic()
+        # After the leases: if this fails (say, its migration is not applied
+        # yet), the jobs' leases are extended all the same.
+        if self._on_heartbeat is not None:
+            self._on_heartbeat()
+            self.last_heartbeat_ok = time.monotonic()
+
+    def _extend_leases(self) -> bool:
+        """Push back the held jobs' leases; False when none is held (no query)."""
         held = self._held()
         if not held:
-            return
+            return False
         rows = db.execute(
             self._alias,
             "extend_leases",
@@ -104,6 +141,7 @@ class Maintenance:
         lost &= set(self._held())
         if lost:
             self._on_lost(lost)
+        return True
 
     def reap(self) -> int:
         base, cap, jitter = self._backoff
@@ -129,4 +167,40 @@ class Maintenance:
                     "worker_id": self._worker_id,
                 },
             )  # fmt: skip
+        metrics.record_reaped(len(rows))
         return len(rows)
+
+    def prune(self) -> int | None:
+        """Delete finished jobs past ``RETENTION``; None when another worker holds the lock.
+
+        Statuses with the same period share one batch query. The advisory
+        lock is taken per statement (transaction-level), so a worker that
+        dies mid-round never leaves it held.
+        """
+        by_period: dict[float, list[str]] = {}
+        for status, period in self.retention.items():
+            by_period.setdefault(period.total_seconds(), []).append(status)
+        total = 0
+        for seconds, statuses in sorted(by_period.items()):
+            older_than = timedelta(seconds=seconds)
+            result = pruning.prune_batch(
+                statuses, older_than, limit=PRUNE_BATCH, lock_key=PRUNER_LOCK_KEY,
+                using=self._alias,
+            )  # fmt: skip
+            if not result.acquired:
+                return None
+            deleted = result.deleted
+            if deleted == PRUNE_BATCH:
+                more, _ = pruning.prune(
+                    statuses, older_than, batch_size=PRUNE_BATCH,
+                    max_batches=PRUNE_MAX_BATCHES - 1, lock_key=PRUNER_LOCK_KEY,
+                    using=self._alias,
+                )  # fmt: skip
+                deleted += more
+            total += deleted
+        if total:
+            logger.info(
+                "Jobs pruned count=%s worker=%s", total, self._worker_id,
+                extra={"count": total, "worker_id": self._worker_id},
+            )  # fmt: skip
+        return total

@@ -8,4 +8,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/", include("django_durable_jobs.api.urls")),
+    # Prometheus: /metrics (django-prometheus' own metrics and durable_jobs_*).
+    path("", include("django_prometheus.urls")),
 ]

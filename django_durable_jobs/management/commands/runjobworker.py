@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...conf import jobs_settings
 from ...constants import QUEUE_MAX_LENGTH, QUEUE_NAME_RE
 from ...worker import Worker, WorkerConfig
+from ...worker.metrics_server import MetricsServer
 
 MAX_CONCURRENCY = 1_000
 
@@ -56,6 +57,16 @@ def seconds(*, allow_zero: bool) -> Any:
         return number
 
     return parse
+
+
+def port(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 1 to 65535, got {number}")
+    return number
 
 
 def worker_id(value: str) -> str:
@@ -122,6 +133,19 @@ class Command(BaseCommand):
             default=None,
             help="Name of this worker in leases and logs (default: host:pid:random).",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=port,
+            default=None,
+            help="Serve Prometheus /metrics and a /healthz probe on this port "
+            "(default: none). Give each worker process its own port.",
+        )
+        parser.add_argument(
+            "--metrics-host",
+            default="0.0.0.0",
+            help="Address the --metrics-port server binds to; 127.0.0.1 keeps it local "
+            "(default: %(default)r, so that Prometheus can scrape it from another host).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         for name, parse in (
@@ -131,6 +155,7 @@ class Command(BaseCommand):
             ("poll_interval", seconds(allow_zero=False)),
             ("lease_seconds", seconds(allow_zero=False)),
             ("worker_id", worker_id),
+            ("metrics_port", port),
         ):
             if options.get(name) is not None:
                 try:
@@ -152,6 +177,22 @@ class Command(BaseCommand):
         )
         if options["worker_id"]:
             config.worker_id = options["worker_id"]
-        exit_code = Worker(config).run()
+        worker = Worker(config)
+        server = self._metrics_server(options, worker)
+        try:
+            exit_code = worker.run()
+        finally:
+            if server is not None:
+                server.stop()
         if exit_code:
             raise SystemExit(exit_code)
+
+    def _metrics_server(self, options: dict[str, Any], worker: Worker) -> MetricsServer | None:
+        if options.get("metrics_port") is None:
+            return None
+        try:
+            server = MetricsServer(options["metrics_host"], options["metrics_port"], worker.healthy)
+        except (OSError, RuntimeError) as exc:
+            raise CommandError(f"--metrics-port: {exc}") from None
+        server.start()
+        return server

@@ -1,0 +1,261 @@
+"""Prometheus metrics, or no-ops when prometheus-client is not installed.
+
+The metric objects are module-level (as django-prometheus defines its own),
+so every process that imports this module exports them: the web process
+through django-prometheus' ``/metrics`` view, a worker through its
+``--metrics-port``. Names and labels are DESIGN.md's; do not rename them.
+
+Without the ``metrics`` extra, ``ENABLED`` is False and every ``record_*``
+function returns at once, before building any label, so the worker's hot
+path pays one global lookup and one branch per call.
+
+When ``PROMETHEUS_MULTIPROC_DIR`` is set, prometheus-client runs in
+multiprocess mode by itself (values live in mmapped files in that
+directory); gauges then need a ``multiprocess_mode``, given below.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .worker.claimed import ClaimedJob
+
+logger = logging.getLogger("django_durable_jobs.metrics")
+
+try:
+    import prometheus_client
+    from prometheus_client.core import GaugeMetricFamily
+except ImportError:  # the `metrics` extra is not installed
+    prometheus_client = None  # type: ignore[assignment]
+
+ENABLED = prometheus_client is not None
+
+#: Results of ``durable_jobs_processed_total``: what the attempt ended in.
+RESULTS = ("completed", "failed", "dead")
+#: The statuses ``durable_jobs_queue_depth`` reports (history rows are left
+#: out: counting them would scan the whole table on every scrape).
+DEPTH_STATUSES = ("pending", "running", "dead")
+#: How long one reading of the queue depth serves scrapes.
+DEPTH_CACHE_SECONDS = 1.5
+
+# Wait times range from milliseconds (a busy queue) to hours (a backlog).
+WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+
+if prometheus_client is not None:
+    ENQUEUED = prometheus_client.Counter(
+        "durable_jobs_enqueued", "New jobs enqueued (replays not counted).", ["queue", "type"]
+    )
+    PROCESSED = prometheus_client.Counter(
+        "durable_jobs_processed",
+        "Attempts by what they ended in: completed, failed (will retry) or dead.",
+        ["queue", "type", "result"],
+    )
+    UNRECORDED = prometheus_client.Counter(
+        "durable_jobs_outcomes_unrecorded",
+        "Attempt outcomes (already counted in durable_jobs_processed_total) that could not "
+        "be written; the reaper retries those jobs.",
+    )
+    IN_FLIGHT = prometheus_client.Gauge(
+        "durable_jobs_in_flight",
+        "Jobs claimed by this process and still running.",
+        ["queue"],
+        multiprocess_mode="livesum",
+    )
+    DURATION = prometheus_client.Histogram(
+        "durable_jobs_processing_duration_seconds",
+        "Time a handler ran, per attempt.",
+        ["queue", "type"],
+        buckets=DURATION_BUCKETS,
+    )
+    WAIT = prometheus_client.Histogram(
+        "durable_jobs_wait_seconds",
+        "Time from a job's available_at to its start.",
+        ["queue"],
+        buckets=WAIT_BUCKETS,
+    )
+    REAPED = prometheus_client.Counter(
+        "durable_jobs_reaped", "Expired leases reaped (jobs returned to pending or dead)."
+    )
+    SLOTS = prometheus_client.Gauge(
+        "durable_jobs_worker_slots",
+        "Jobs this worker can run at once (its concurrency).",
+        multiprocess_mode="livesum",
+    )
+
+
+def record_enqueued(queue: str, type: str) -> None:
+    """One new job (call only for jobs this enqueue created, not replays)."""
+    if ENABLED:
+        child = _enqueued.get((queue, type))
+        if child is None:
+            child = _enqueued[(queue, type)] = ENQUEUED.labels(queue, type)
+        child.inc()
+
+
+# ``labels()`` costs about a microsecond (a lock and a tuple build); a worker
+# runs up to ~10,000 jobs/s, so the children are looked up once per queue
+# (and type) and kept here. A plain dict: a race only builds a child twice,
+# and prometheus-client returns the same child both times.
+_by_queue: dict[str, tuple[Any, Any]] = {}
+_by_job_type: dict[tuple[str, str], tuple[Any, Any, Any, Any]] = {}
+_enqueued: dict[tuple[str, str], Any] = {}
+
+
+def _queue_children(queue: str) -> tuple[Any, Any]:
+    children = _by_queue.get(queue)
+    if children is None:
+        children = _by_queue[queue] = (IN_FLIGHT.labels(queue), WAIT.labels(queue))
+    return children
+
+
+def _job_children(queue: str, type: str) -> tuple[Any, Any, Any, Any]:
+    key = (queue, type)
+    children = _by_job_type.get(key)
+    if children is None:
+        children = _by_job_type[key] = (
+            PROCESSED.labels(queue, type, "completed"),
+            PROCESSED.labels(queue, type, "failed"),
+            PROCESSED.labels(queue, type, "dead"),
+            DURATION.labels(queue, type),
+        )
+    return children
+
+
+_RESULT_INDEX = {result: index for index, result in enumerate(RESULTS)}
+
+
+def record_claimed(jobs: Iterable[ClaimedJob]) -> None:
+    """Jobs just claimed: in flight, and how long they waited to start."""
+    if ENABLED:
+        for job in jobs:
+            in_flight, wait = _queue_children(job.queue)
+            in_flight.inc()
+            wait.observe(max((job.started_at - job.available_at).total_seconds(), 0.0))
+
+
+def record_finished(job: ClaimedJob, kind: str, duration: float) -> None:
+    """A handler returned: count its outcome (once, whether or not it gets written)."""
+    if ENABLED:
+        _queue_children(job.queue)[0].dec()
+        index = _RESULT_INDEX.get(kind)
+        if index is not None:
+            children = _job_children(job.queue, job.type)
+            children[index].inc()
+            children[3].observe(duration)
+
+
+def record_released(job: ClaimedJob) -> None:
+    """A job given back unfinished (shutdown): no longer in flight, no attempt counted."""
+    if ENABLED:
+        _queue_children(job.queue)[0].dec()
+
+
+def record_unrecorded(count: int) -> None:
+    if ENABLED and count:
+        UNRECORDED.inc(count)
+
+
+def record_reaped(count: int) -> None:
+    if ENABLED and count:
+        REAPED.inc(count)
+
+
+def set_worker_slots(slots: int) -> None:
+    if ENABLED:
+        SLOTS.set(slots)
+
+
+# -- read from the database at scrape time ------------------------------
+
+DEPTH_SQL = """
+SELECT queue, status, count(*),
+       EXTRACT(EPOCH FROM now() - min(available_at)
+               FILTER (WHERE status = 'pending' AND available_at <= now()))
+FROM durable_jobs_job
+WHERE status IN ('pending', 'running', 'dead')
+GROUP BY queue, status
+"""
+
+
+class QueueDepthCollector:
+    """``durable_jobs_queue_depth{queue,status}`` and the oldest pending job's age.
+
+    One grouped query per reading, cached for ``DEPTH_CACHE_SECONDS`` so
+    that several scrapers (or a fast one) do not load the database.
+    """
+
+    def __init__(self, alias: str | None = None, ttl: float = DEPTH_CACHE_SECONDS) -> None:
+        self._alias = alias
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._rows: list[tuple[str, str, int, float | None]] | None = None
+        self._read_at = 0.0
+
+    def describe(self) -> list[Any]:
+        # Without describe(), registering would call collect(): a query at import.
+        return [
+            GaugeMetricFamily("durable_jobs_queue_depth", "", labels=["queue", "status"]),
+            GaugeMetricFamily("durable_jobs_oldest_pending_age_seconds", "", labels=["queue"]),
+        ]
+
+    def rows(self) -> list[tuple[str, str, int, float | None]]:
+        from django.db import DatabaseError, connections
+
+        from . import db
+
+        with self._lock:
+            now = time.monotonic()
+            if self._rows is not None and now - self._read_at < self._ttl:
+                return self._rows
+            try:
+                with connections[db.database_alias(self._alias)].cursor() as cursor:
+                    cursor.execute(DEPTH_SQL)
+                    fetched = cursor.fetchall()
+            except DatabaseError as exc:
+                logger.warning("Queue depth for metrics unavailable: %s", exc)
+                return []
+            self._rows = [
+                (q, s, int(n), None if age is None else max(float(age), 0.0))
+                for q, s, n, age in fetched
+            ]
+            self._read_at = now
+            return self._rows
+
+    def collect(self) -> Iterator[Any]:
+        depth = GaugeMetricFamily(
+            "durable_jobs_queue_depth",
+            "Jobs per queue and status (pending, running, dead), read from the database.",
+            labels=["queue", "status"],
+        )
+        oldest = GaugeMetricFamily(
+            "durable_jobs_oldest_pending_age_seconds",
+            "How long the oldest runnable pending job of each queue has waited.",
+            labels=["queue"],
+        )
+        for queue, status, count, age in self.rows():
+            depth.add_metric([queue, status], count)
+            if age is not None:
+                oldest.add_metric([queue], age)
+        yield depth
+        yield oldest
+
+
+_collector: QueueDepthCollector | None = None
+
+
+def register_queue_depth_collector() -> None:
+    """Register the database collector on the default registry, once per process."""
+    global _collector
+    if not ENABLED or _collector is not None:
+        return
+    _collector = QueueDepthCollector()
+    prometheus_client.REGISTRY.register(_collector)  # type: ignore[arg-type]
+
+
+register_queue_depth_collector()

@@ -1,0 +1,254 @@
+"""Prometheus metrics: scrape the web process' ``/metrics`` and watch values change.
+
+Counters are process-wide, so each test uses a queue of its own and
+compares before and after.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_durable_jobs import enqueue, enqueue_many, metrics
+from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.worker import Worker
+
+from .test_worker import (  # noqa: F401  (fast_backoff: the fixture)
+    claim_directly,
+    config,
+    drain_until_settled,
+    expire,
+    fast_backoff,
+    reaper,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fast_backoff")]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def scrape() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    response = Client().get("/metrics")
+    assert response.status_code == 200
+    samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def value(
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"m{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def fresh_depth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read the queue depth on every scrape (no cache), for exact assertions."""
+    assert metrics._collector is not None
+    monkeypatch.setattr(metrics._collector, "_ttl", 0.0)
+
+
+def test_enqueued_counts_new_jobs_only(queue: str) -> None:
+    before = scrape()
+    enqueue("tests.record", queue=queue, idempotency_key=f"{queue}-a")
+    enqueue("tests.record", queue=queue, idempotency_key=f"{queue}-a")  # a replay
+    enqueue_many(
+        [
+            {"type": "tests.record", "queue": queue},
+            {"type": "tests.record", "queue": queue, "idempotency_key": f"{queue}-a"},
+        ]
+    )
+    after = scrape()
+    name = "durable_jobs_enqueued_total"
+    labels = {"queue": queue, "type": "tests.record"}
+    assert value(after, name, **labels) - value(before, name, **labels) == 2
+
+
+def test_worker_counts_each_attempt_once_and_in_flight_returns_to_zero(queue: str) -> None:
+    enqueue("tests.record", queue=queue)
+    enqueue("tests.fail_until", {"succeed_on": 2}, queue=queue)
+    enqueue("tests.discard", queue=queue)
+    drain_until_settled(queues=frozenset({queue}))
+    s = scrape()
+    processed = "durable_jobs_processed_total"
+    assert value(s, processed, queue=queue, type="tests.record", result="completed") == 1
+    assert value(s, processed, queue=queue, type="tests.fail_until", result="failed") == 1
+    assert value(s, processed, queue=queue, type="tests.fail_until", result="completed") == 1
+    assert value(s, processed, queue=queue, type="tests.discard", result="dead") == 1
+    assert value(s, "durable_jobs_in_flight", queue=queue) == 0
+    duration = "durable_jobs_processing_duration_seconds_count"
+    assert value(s, duration, queue=queue, type="tests.fail_until") == 2
+    assert value(s, "durable_jobs_wait_seconds_count", queue=queue) == 4
+
+
+def test_a_handler_exiting_leaves_nothing_in_flight_and_counts_no_attempt(queue: str) -> None:
+    enqueue("tests.exit", queue=queue)
+    assert Worker(config(burst=False, queues=frozenset({queue}))).run() == 0
+    s = scrape()
+    assert value(s, "durable_jobs_in_flight", queue=queue) == 0
+    for result in metrics.RESULTS:
+        assert (
+            value(s, "durable_jobs_processed_total", queue=queue, type="tests.exit", result=result)
+            == 0
+        )
+
+
+def test_shutdown_release_takes_the_job_out_of_flight(queue: str) -> None:
+    enqueue("tests.record", {"sleep": 1.0}, queue=queue)
+    worker = Worker(config(burst=False, grace_period=0.0, queues=frozenset({queue})))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while value(scrape(), "durable_jobs_in_flight", queue=queue) != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    worker.stop()
+    thread.join(10)
+    assert value(scrape(), "durable_jobs_in_flight", queue=queue) == 0
+    time.sleep(1.2)  # the handler returns after the release: still nothing counted
+    s = scrape()
+    assert value(s, "durable_jobs_in_flight", queue=queue) == 0
+    assert (
+        value(
+            s, "durable_jobs_processed_total", queue=queue, type="tests.record", result="completed"
+        )
+        == 0
+    )
+
+
+def test_reaped_leases_are_counted() -> None:
+    before = value(scrape(), "durable_jobs_reaped_total")
+    enqueue("tests.record")
+    job_id, _ = claim_directly("gone-worker")
+    expire(job_id)
+    assert reaper().reap() == 1
+    assert value(scrape(), "durable_jobs_reaped_total") - before == 1
+
+
+def test_worker_slots_is_the_concurrency_while_running(queue: str) -> None:
+    worker = Worker(config(burst=False, concurrency=3, queues=frozenset({queue})))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while value(scrape(), "durable_jobs_worker_slots") != 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert value(scrape(), "durable_jobs_worker_slots") == 0
+
+
+@pytest.mark.usefixtures("fresh_depth")
+def test_queue_depth_and_oldest_pending_age_are_read_at_scrape_time(queue: str) -> None:
+    assert value(scrape(), "durable_jobs_queue_depth", queue=queue, status="pending") == 0
+    enqueue_many([{"type": "tests.record", "queue": queue} for _ in range(3)])
+    s = scrape()
+    assert value(s, "durable_jobs_queue_depth", queue=queue, status="pending") == 3
+    assert (
+        "durable_jobs_oldest_pending_age_seconds",
+        frozenset({("queue", queue)}),
+    ) in s
+    enqueue("tests.discard", queue=queue)
+    drain_until_settled(queues=frozenset({queue}))
+    s = scrape()
+    assert value(s, "durable_jobs_queue_depth", queue=queue, status="pending") == 0
+    assert value(s, "durable_jobs_queue_depth", queue=queue, status="dead") == 1
+
+
+def test_scrapes_within_the_cache_window_query_once() -> None:
+    collector = metrics.QueueDepthCollector(ttl=60.0)
+    with CaptureQueriesContext(connection) as queries:
+        list(collector.collect())
+        list(collector.collect())
+    assert len([q for q in queries if "durable_jobs_job" in q["sql"]]) == 1
+
+
+def run_python(code: str, **env: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_without_prometheus_client_metrics_are_no_ops() -> None:
+    out = run_python(
+        "import sys; sys.modules['prometheus_client'] = None\n"
+        "from django_durable_jobs import metrics\n"
+        "metrics.record_enqueued('q', 't'); metrics.record_reaped(2)\n"
+        "metrics.set_worker_slots(4); metrics.register_queue_depth_collector()\n"
+        "print(metrics.ENABLED)\n"
+    )
+    assert out.strip() == "False"
+
+
+def test_multiprocess_mode_adds_up_the_processes(tmp_path: Path) -> None:
+    code = (
+        "from django_durable_jobs import metrics\n"
+        "for _ in range(3): metrics.record_enqueued('mp', 'x')\n"
+    )
+    for _ in range(2):
+        run_python(code, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    out = run_python(
+        "from prometheus_client import CollectorRegistry, generate_latest, multiprocess\n"
+        "r = CollectorRegistry(); multiprocess.MultiProcessCollector(r)\n"
+        "print(generate_latest(r).decode())\n",
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
+    )
+    assert 'durable_jobs_enqueued_total{queue="mp",type="x"} 6.0' in out
+
+
+def test_an_outcome_that_cannot_be_written_is_counted_once_and_as_unrecorded(
+    queue: str,
+) -> None:
+    job = enqueue("tests.record", {"sleep": 0.5}, queue=queue).job
+    before = value(scrape(), "durable_jobs_outcomes_unrecorded_total")
+    worker = Worker(config(burst=False, lease_seconds=30.0, queues=frozenset({queue})))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while value(scrape(), "durable_jobs_in_flight", queue=queue) != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        # Another worker took the job over meanwhile: this worker's write is fenced out.
+        Job.objects.filter(pk=job.pk).update(lease_token=uuid.uuid4())
+        processed = "durable_jobs_processed_total"
+        labels = {"queue": queue, "type": "tests.record", "result": "completed"}
+        while value(scrape(), processed, **labels) != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert worker.completer.flush(10)
+    finally:
+        worker.stop()
+        thread.join(10)
+    s = scrape()
+    assert value(s, processed, **labels) == 1
+    assert value(s, "durable_jobs_outcomes_unrecorded_total") - before == 1
+    assert value(s, "durable_jobs_in_flight", queue=queue) == 0
+    assert Job.objects.get(pk=job.pk).status == JobStatus.RUNNING
