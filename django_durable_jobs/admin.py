@@ -93,7 +93,8 @@ class _ValueListFilter(admin.SimpleListFilter):
     field_name: str
 
     def known_values(self) -> Iterable[str]:
-        raise NotImplementedError
+        """The values to offer besides the selected one; each subclass lists its own."""
+        return ()
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         values = set(self.known_values())
