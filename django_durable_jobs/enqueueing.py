@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -133,6 +134,9 @@ def _insert(alias: str, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
     results: list[EnqueueResult | None] = [None] * len(specs)
     todo = list(range(len(specs)))
     debug = logger.isEnabledFor(logging.DEBUG)
+    # One counter increment per (queue, type), not per job: enqueue_many
+    # inserts tens of thousands of jobs at a time.
+    new_per_label: Counter[tuple[str, str]] | None = Counter() if metrics.ENABLED else None
     for _round in range(_MAX_RESOLVE_ROUNDS):
         ids = [uuid.uuid4() for _ in todo]
         inserted = db.insert_jobs([specs[i] for i in todo], ids, using=alias)
@@ -144,8 +148,8 @@ def _insert(alias: str, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
                 results[index] = EnqueueResult(
                     None, True, pending=(spec, job_id, available_at, created_at, alias)
                 )
-                if metrics.ENABLED:
-                    metrics.record_enqueued(spec.queue, spec.type)
+                if new_per_label is not None:
+                    new_per_label[spec.queue, spec.type] += 1
                 if debug:
                     logger.debug(
                         "Job enqueued id=%s type=%s queue=%s",
@@ -158,6 +162,8 @@ def _insert(alias: str, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
                 replays.append(index)
         todo = _resolve_replays(alias, specs, replays, results)
         if not todo:
+            for (queue, type_name), count in (new_per_label or {}).items():
+                metrics.record_enqueued(queue, type_name, count)
             return [r for r in results if r is not None]
     raise DurableJobsError(
         "Could not enqueue: the jobs holding these idempotency keys kept disappearing: "

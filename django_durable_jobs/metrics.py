@@ -89,13 +89,13 @@ if prometheus_client is not None:
     )
 
 
-def record_enqueued(queue: str, type: str) -> None:
-    """One new job (call only for jobs this enqueue created, not replays)."""
+def record_enqueued(queue: str, type: str, count: int = 1) -> None:
+    """``count`` new jobs (only jobs this enqueue created, not replays)."""
     if ENABLED:
         child = _enqueued.get((queue, type))
         if child is None:
             child = _enqueued[(queue, type)] = ENQUEUED.labels(queue, type)
-        child.inc()
+        child.inc(count)
 
 
 # ``labels()`` costs about a microsecond (a lock and a tuple build); a worker
