@@ -118,6 +118,14 @@ class Job(models.Model):
     )
     lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
     lease_token = models.UUIDField(_("lease token"), null=True, blank=True, editable=False)
+    timeout = models.FloatField(
+        _("timeout"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Seconds one attempt may run; empty: the handler's timeout, else TIMEOUT_SECONDS."
+        ),
+    )
 
     objects = JobQuerySet.as_manager()
 

@@ -123,7 +123,7 @@ SET status = 'running',
 FROM candidates
 WHERE job.id = candidates.id
 RETURNING job.id, job.type, job.queue, job.payload, job.attempts, job.max_attempts,
-    job.lease_token, job.available_at, job.started_at, job.idempotency_key;
+    job.lease_token, job.available_at, job.started_at, job.idempotency_key, job.timeout;
 
 -- claim_jobs_in_queues --
 -- Claim up to %(limit)s runnable jobs from the given queues; otherwise the same as claim_jobs.
@@ -146,7 +146,7 @@ SET status = 'running',
 FROM candidates
 WHERE job.id = candidates.id
 RETURNING job.id, job.type, job.queue, job.payload, job.attempts, job.max_attempts,
-    job.lease_token, job.available_at, job.started_at, job.idempotency_key;
+    job.lease_token, job.available_at, job.started_at, job.idempotency_key, job.timeout;
 
 -- finish_jobs --
 -- Record the outcomes of a batch of attempts in one statement. Each outcome is fenced by its claim's lease token: an outcome from a worker whose lease was reaped (and maybe claimed again) matches no row and changes nothing. Returns the ids written.

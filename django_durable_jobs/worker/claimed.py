@@ -19,3 +19,4 @@ class ClaimedJob(NamedTuple):
     available_at: datetime
     started_at: datetime
     idempotency_key: str | None
+    timeout: float | None  # per-job override; None: the handler's or the setting
