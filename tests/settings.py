@@ -6,6 +6,7 @@ pytest-django creates ``test_<name>`` in it.
 
 from __future__ import annotations
 
+import django
 from example_project.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
@@ -20,3 +21,16 @@ DATABASES = {
 
 # Test handlers and the Execution table that counts their runs.
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]  # noqa: F405
+
+# Django >= 6.0: the Tasks backend's tests (tests/testapp/tasks.py). A second
+# queue for queue tests; an immediate backend to show that the worker runs
+# only tasks of a DurableJobsBackend.
+if django.VERSION >= (6, 0):
+    TASKS = {
+        "default": {
+            "BACKEND": "django_durable_jobs.backends.DurableJobsBackend",
+            "QUEUES": ["default", "other"],
+            "OPTIONS": {"max_attempts": 3},
+        },
+        "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
+    }

@@ -28,6 +28,7 @@ from ..context import JobContext
 from ..exceptions import Discard, Retry
 from ..models import JobStatus
 from ..registry import registry
+from ..tasks_bridge import task_handler
 from .claimed import ClaimedJob
 from .outcomes import Outcome, release
 
@@ -66,6 +67,9 @@ def execute(job: ClaimedJob, worker_id: str, policy: RetryPolicy) -> Outcome:
         "worker_id": worker_id,
     }
     handler = registry.get(job.type)
+    if handler is None:
+        # Not a @job type: maybe a Django Tasks @task enqueued by our backend.
+        handler = task_handler(job.type, job.payload)
     if handler is None:
         message = (
             f"No handler is registered for job type {job.type!r} in worker {worker_id}: "

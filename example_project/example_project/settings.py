@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import django
 from embedded_postgres import database_url, parse_database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -88,6 +89,17 @@ STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 DURABLE_JOBS: dict[str, object] = {}
+
+# Django >= 6.0: `@task` functions (example/tasks.py) run on the durable queue.
+# Django 5.2 has no django.tasks, so no TASKS there.
+if django.VERSION >= (6, 0):
+    TASKS = {
+        "default": {
+            "BACKEND": "django_durable_jobs.backends.DurableJobsBackend",
+            "QUEUES": ["default"],
+            "OPTIONS": {"max_attempts": 3},
+        }
+    }
 
 # The REST API at /api/ (django_durable_jobs.api.urls). Basic first, so an
 # anonymous client gets 401 with a WWW-Authenticate challenge rather than 403;

@@ -1,0 +1,136 @@
+"""The worker's side of the Django Tasks backend: run a ``@task`` as a job.
+
+``executor.execute`` asks ``task_handler`` when no ``@job`` handler has the
+job's type. It answers only for rows our backend wrote (the payload's
+shape says so) whose type imports as a ``django.tasks.Task`` bound to a
+``DurableJobsBackend``: anything else keeps the executor's "no handler"
+path, so a stray type can never make the worker run an arbitrary
+function. The handler it returns runs the task like Django's immediate
+backend does (context, async functions, signals), while retries, leases
+and the result are the executor's as for any job.
+
+Importable on Django 5.2, where it answers ``None`` for every job.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING, Any
+
+import django
+
+from .context import JobContext
+from .exceptions import Discard
+from .registry import Handler
+
+if TYPE_CHECKING:
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task
+
+logger = logging.getLogger("django_durable_jobs.worker")
+
+TASKS_AVAILABLE = django.VERSION >= (6, 0)
+
+
+def task_handler(type_name: str, payload: Any) -> Handler | None:
+    """A handler running the Django task ``type_name`` names, or ``None``."""
+    if not TASKS_AVAILABLE:
+        return None
+    from .tasks_results import is_task_payload, resolve_task
+
+    if not is_task_payload(payload):
+        return None
+    try:
+        task = resolve_task(type_name)
+        backend = _durable_backend(payload["backend"])
+    except Exception:
+        # A module that fails to import is the job's problem, not the
+        # worker's: log why, and let the executor record "no handler".
+        logger.warning("Task %s could not be loaded", type_name, exc_info=True)
+        return None
+    if task is None or backend is None:
+        return None
+    return Handler(type_name, functools.partial(run_task, task, backend))
+
+
+def _durable_backend(alias: str) -> BaseTaskBackend | None:
+    from django.tasks import task_backends
+    from django.tasks.exceptions import InvalidTaskBackend
+
+    from .tasks_backend import DurableJobsBackend
+
+    try:
+        backend = task_backends[alias]
+    except InvalidTaskBackend:
+        return None
+    return backend if isinstance(backend, DurableJobsBackend) else None
+
+
+def run_task(task: Task, backend: BaseTaskBackend, ctx: JobContext) -> dict[str, Any]:
+    """Run one attempt of ``task`` for the job ``ctx`` describes.
+
+    Sends ``task_started`` before the call and ``task_finished`` once the
+    task reaches a final state (success, or a failure no retry follows).
+    Returns the result as the job stores it (see ``tasks_results``).
+    """
+    from django.tasks.base import TaskContext, TaskResultStatus
+    from django.tasks.signals import task_finished, task_started
+
+    from . import db
+    from .models import Job
+    from .tasks_results import NotRoundTrippable, build_result, check_round_trip, mark_finished
+
+    job = Job.objects.using(db.database_alias()).get(pk=ctx.id)
+    task_result = build_result(job, task, backend.alias)
+    task = task_result.task
+    _send(task_started, backend, task_result)
+    args, kwargs = ctx.payload["args"], ctx.payload["kwargs"]
+    try:
+        if task.takes_context:
+            value = task.call(TaskContext(task_result=task_result), *args, **kwargs)
+        else:
+            value = task.call(*args, **kwargs)
+        try:
+            check_round_trip("The return value", value)
+        except NotRoundTrippable as exc:
+            # The work is done: running it again would repeat its side
+            # effects. Django's backends fail such a task; so do we, at once.
+            raise Discard(f"Task {task.module_path} returned an unstorable value: {exc}") from None
+    except Exception as exc:
+        if isinstance(exc, Discard) or ctx.attempt >= ctx.max_attempts:
+            mark_finished(
+                task_result,
+                TaskResultStatus.FAILED,
+                errors=[*task_result.errors, _task_error(exc)],
+            )
+            # Inside the except block: Django's own receiver logs exc_info.
+            _send(task_finished, backend, task_result)
+        raise
+    mark_finished(task_result, TaskResultStatus.SUCCESSFUL, _return_value=value)
+    _send(task_finished, backend, task_result)
+    return {"return_value": value, "worker_id": ctx.worker_id}
+
+
+def _task_error(exc: Exception) -> Any:
+    import traceback
+
+    from django.tasks.base import TaskError
+
+    kind = type(exc)
+    return TaskError(
+        exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
+        traceback="".join(traceback.format_exception(exc)),
+    )
+
+
+def _send(signal: Any, backend: BaseTaskBackend, task_result: Any) -> None:
+    # send_robust: a failing receiver must not turn a task that ran into a
+    # failed attempt (and a retry that repeats its side effects).
+    for receiver, response in signal.send_robust(type(backend), task_result=task_result):
+        if isinstance(response, Exception):
+            logger.error(
+                "Task signal receiver %r failed id=%s path=%s",
+                receiver, task_result.id, task_result.task.module_path,
+                exc_info=response,
+            )  # fmt: skip

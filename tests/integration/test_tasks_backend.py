@@ -1,0 +1,414 @@
+"""DurableJobsBackend: Django's Tasks API on the job table, run by the real worker.
+
+Django >= 6.0 only (``django.tasks``); CI runs these in the Django 6 envs.
+Workers run in this process on the test database, hence
+``transaction=True`` throughout.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+pytest.importorskip("django.tasks")
+
+from asgiref.sync import async_to_sync
+from django.core import checks
+from django.db import transaction
+from django.tasks import TaskResultStatus, task_backends
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.test import override_settings
+from django.utils import timezone
+
+from django_durable_jobs import IdempotencyConflict, InvalidJob, enqueue
+from django_durable_jobs.backends import DurableJobsBackend, task_options
+from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.worker import Worker, WorkerConfig
+from tests.testapp import tasks
+from tests.testapp.models import Execution
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+DURABLE = "django_durable_jobs.backends.DurableJobsBackend"
+
+
+@pytest.fixture(autouse=True)
+def fast_backoff():  # type: ignore[no-untyped-def]
+    with override_settings(
+        DURABLE_JOBS={"BACKOFF_BASE_SECONDS": 0.01, "BACKOFF_MAX_SECONDS": 0.05}
+    ):
+        yield
+
+
+def burst(**overrides: Any) -> Worker:
+    """Run one burst worker in this process until nothing runnable is left."""
+    values: dict[str, Any] = {
+        "burst": True,
+        "concurrency": 2,
+        "poll_interval": 0.05,
+        "lease_seconds": 10.0,
+        "grace_period": 5.0,
+        "install_signal_handlers": False,
+        "worker_id": f"test-{uuid.uuid4().hex[:6]}",
+    }
+    values.update(overrides)
+    worker = Worker(WorkerConfig(**values))
+    assert worker.run() == 0
+    return worker
+
+
+def drain(**overrides: Any) -> Worker:
+    """Burst workers until no task is pending or running (retries wait a little)."""
+    for _ in range(200):
+        worker = burst(**overrides)
+        if not Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING]).exists():
+            return worker
+    raise AssertionError(list(Job.objects.values("type", "status", "available_at")))
+
+
+class Signals:
+    """Collects (signal name, result id, status, attempts) as the signals fire."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str, int]] = []
+
+    def __enter__(self) -> Signals:
+        for name, signal in self._signals():
+            signal.connect(self._receiver(name), weak=False, dispatch_uid=f"test-{name}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, signal in self._signals():
+            signal.disconnect(dispatch_uid=f"test-{name}")
+
+    @staticmethod
+    def _signals() -> list[tuple[str, Any]]:
+        return [("enqueued", task_enqueued), ("started", task_started), ("finished", task_finished)]
+
+    def _receiver(self, name: str) -> Any:
+        def receive(sender: Any, task_result: Any, **kwargs: Any) -> None:
+            assert sender is DurableJobsBackend
+            self.seen.append((name, task_result.id, task_result.status, task_result.attempts))
+
+        return receive
+
+    def names(self, result_id: str) -> list[tuple[str, str, int]]:
+        return [(n, s, a) for n, i, s, a in self.seen if i == result_id]
+
+
+def test_a_task_is_a_job_row_that_the_worker_runs() -> None:
+    with Signals() as signals:
+        result = tasks.add.enqueue(2, 3)
+        assert result.status == TaskResultStatus.READY
+        job = Job.objects.get(pk=result.id)
+        assert (job.type, job.queue, job.priority, job.max_attempts) == (
+            "tests.testapp.tasks.add",
+            "default",
+            0,
+            3,  # OPTIONS["max_attempts"] in tests/settings.py
+        )
+        assert job.payload == {"args": [2, 3], "kwargs": {}, "backend": "default"}
+        worker = drain()
+        done = tasks.add.get_result(result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    assert done.return_value == 5
+    assert done.worker_ids == [worker.config.worker_id]
+    assert done.attempts == 1 and done.errors == []
+    assert done.enqueued_at <= done.started_at <= done.finished_at
+    assert done.last_attempted_at == done.started_at
+    assert (done.args, done.kwargs, done.backend) == ([2, 3], {}, "default")
+    assert signals.names(result.id) == [
+        ("enqueued", TaskResultStatus.READY, 0),
+        ("started", TaskResultStatus.RUNNING, 1),
+        ("finished", TaskResultStatus.SUCCESSFUL, 1),
+    ]
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 5
+
+
+def test_a_failing_task_is_retried_then_succeeds_with_its_history() -> None:
+    result = tasks.fail_until.enqueue(succeed_on=3)
+    with Signals() as signals:
+        drain()
+    done = tasks.fail_until.get_result(result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    runs = list(Execution.objects.filter(job_id=result.id).order_by("attempt"))
+    assert [r.attempt for r in runs] == [1, 2, 3]
+    # The context saw the attempt number and one worker id per attempt.
+    assert done.return_value == {
+        "attempt": 3,
+        "worker_ids": [r.worker for r in runs],
+        "errors": 2,
+    }
+    assert done.worker_ids == [r.worker for r in runs]
+    assert [e.exception_class_path for e in done.errors] == ["tests.testapp.tasks.TaskFailure"] * 2
+    assert "attempt 1 fails" in done.errors[0].traceback
+    assert done.errors[0].exception_class is tasks.TaskFailure
+    # Started on every attempt, finished once: failures with a retry left are not final.
+    assert signals.names(result.id) == [
+        ("started", TaskResultStatus.RUNNING, 1),
+        ("started", TaskResultStatus.RUNNING, 2),
+        ("started", TaskResultStatus.RUNNING, 3),
+        ("finished", TaskResultStatus.SUCCESSFUL, 3),
+    ]
+
+
+def test_a_task_out_of_attempts_is_failed() -> None:
+    with task_options(max_attempts=2):
+        result = tasks.fail_until.enqueue(succeed_on=99)
+    with Signals() as signals:
+        drain()
+    done = tasks.fail_until.get_result(result.id)
+    assert Job.objects.get(pk=result.id).status == JobStatus.DEAD
+    assert done.status == TaskResultStatus.FAILED
+    assert done.attempts == 2 and len(done.errors) == 2
+    assert done.finished_at is not None
+    with pytest.raises(ValueError, match="Task failed"):
+        done.return_value  # noqa: B018
+    assert signals.names(result.id)[-1] == ("finished", TaskResultStatus.FAILED, 2)
+    assert Execution.objects.filter(job_id=result.id).count() == 2
+
+
+def test_a_cancelled_task_reads_as_failed() -> None:
+    from django_durable_jobs.operations import cancel
+
+    result = tasks.add.enqueue(1, 1)
+    cancel(uuid.UUID(result.id))
+    assert tasks.add.get_result(result.id).status == TaskResultStatus.FAILED
+
+
+def test_an_unstorable_return_value_fails_the_task_without_a_retry() -> None:
+    result = tasks.returns_a_set.enqueue()
+    drain()
+    done = tasks.returns_a_set.get_result(result.id)
+    assert done.status == TaskResultStatus.FAILED
+    assert done.attempts == 1  # not retried: the work was done once
+    last_error = Job.objects.get(pk=result.id).last_error
+    assert "tests.testapp.tasks.returns_a_set returned an unstorable value" in last_error
+    assert "not JSON-serialisable" in last_error
+
+
+def test_run_after_defers_the_task() -> None:
+    later = tasks.add.using(run_after=timezone.now() + timedelta(minutes=10)).enqueue(1, 2)
+    soon = tasks.add.enqueue(3, 4)
+    burst(concurrency=1)
+    assert tasks.add.get_result(soon.id).status == TaskResultStatus.SUCCESSFUL
+    assert tasks.add.get_result(later.id).status == TaskResultStatus.READY
+    job = Job.objects.get(pk=later.id)
+    assert job.available_at > timezone.now() + timedelta(minutes=9)
+
+
+def test_higher_priority_runs_first() -> None:
+    low = tasks.record.using(priority=-10).enqueue("low")
+    normal = tasks.record.enqueue("normal")
+    high = tasks.record.using(priority=100).enqueue("high")
+    assert Job.objects.get(pk=high.id).priority == 100
+    drain(concurrency=1)
+    order = Execution.objects.order_by("at", "id").values_list("job_id", flat=True)
+    assert [str(job_id) for job_id in order] == [high.id, normal.id, low.id]
+
+
+def test_priority_outside_djangos_range_is_rejected() -> None:
+    with pytest.raises(InvalidTask, match="priority"):
+        tasks.add.using(priority=101)
+
+
+def test_queues_are_validated_against_queues_and_kept_on_the_job() -> None:
+    result = tasks.record_other.enqueue()
+    assert Job.objects.get(pk=result.id).queue == "other"
+    with pytest.raises(InvalidTask, match="Queue 'nope' is not valid"):
+        tasks.add.using(queue_name="nope")
+    # A worker of another queue leaves it alone; one of "other" runs it.
+    burst(queues=("default",))
+    assert tasks.record_other.get_result(result.id).status == TaskResultStatus.READY
+    drain(queues=("other",))
+    assert tasks.record_other.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+
+
+def test_an_invalid_queue_name_is_rejected_even_when_queues_is_open() -> None:
+    with override_settings(TASKS={"default": {"BACKEND": DURABLE, "QUEUES": []}}):
+        assert tasks.add.using(queue_name="anything-goes").queue_name == "anything-goes"
+        with pytest.raises(InvalidTask, match="not a valid queue name"):
+            tasks.add.using(queue_name="a,b")
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "field"),
+    [
+        ((object(), 1), {}, "args[0]"),
+        ((1, (2, 3)), {}, "args[1]"),
+        ((1,), {"b": {1: "x"}}, "kwargs['b']"),
+        ((float("nan"), 1), {}, "args[0]"),
+        ((1,), {"b": {"when": timezone.now()}}, "kwargs['b']"),
+    ],
+)
+def test_arguments_must_survive_a_json_round_trip(
+    args: tuple[Any, ...], kwargs: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(InvalidJob) as caught:
+        tasks.add.enqueue(*args, **kwargs)
+    assert caught.value.field == field
+    assert "tests.testapp.tasks.add" in str(caught.value)
+    assert not Job.objects.exists()
+
+
+def test_a_task_not_importable_by_its_path_is_rejected_at_enqueue() -> None:
+    with pytest.raises(InvalidTask, match="does not import as this task"):
+        tasks.renamed.enqueue(1)
+    assert not Job.objects.exists()
+
+
+def test_get_result_of_an_unknown_id_raises() -> None:
+    backend = task_backends["default"]
+    for missing in (str(uuid.uuid4()), "not-a-uuid", ""):
+        with pytest.raises(TaskResultDoesNotExist):
+            backend.get_result(missing)
+    # A plain job is not a task result either.
+    plain = enqueue("tests.record").job
+    with pytest.raises(TaskResultDoesNotExist):
+        backend.get_result(str(plain.pk))
+
+
+def test_enqueue_joins_the_callers_transaction_and_signals_after_commit() -> None:
+    with Signals() as signals:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            rolled_back = tasks.add.enqueue(1, 1)
+            raise RuntimeError("rollback")
+        with transaction.atomic():
+            kept = tasks.add.enqueue(2, 2)
+            assert signals.names(kept.id) == []  # not before the commit
+        assert signals.names(kept.id) == [("enqueued", TaskResultStatus.READY, 0)]
+    assert signals.names(rolled_back.id) == []
+    assert list(Job.objects.values_list("id", flat=True)) == [uuid.UUID(kept.id)]
+
+
+def test_an_idempotency_key_replays_the_same_task() -> None:
+    with Signals() as signals, task_options(idempotency_key="sum-1-2"):
+        first = tasks.add.enqueue(1, 2)
+        again = tasks.add.enqueue(1, 2)
+        with pytest.raises(IdempotencyConflict):
+            tasks.add.enqueue(9, 9)
+    assert first.id == again.id
+    assert Job.objects.count() == 1
+    assert Job.objects.get().idempotency_key == "sum-1-2"
+    assert [n for n, *_ in signals.seen] == ["enqueued"]  # the replay is not a new task
+    # Outside the block, no key.
+    assert Job.objects.get(pk=tasks.add.enqueue(1, 2).id).idempotency_key is None
+
+
+def test_task_options_are_validated_at_the_with_line() -> None:
+    with pytest.raises(InvalidJob, match="max_attempts"), task_options(max_attempts=0):
+        pass
+    with pytest.raises(InvalidJob, match="idempotency_key"), task_options(idempotency_key=""):
+        pass
+
+
+def test_async_task_with_aenqueue_and_aget_result() -> None:
+    result = async_to_sync(tasks.async_multiply.aenqueue)(6, 7)
+    assert result.status == TaskResultStatus.READY
+    drain()
+
+    async def read() -> Any:
+        done = await tasks.async_multiply.aget_result(result.id)
+        await result.arefresh()
+        return done
+
+    done = async_to_sync(read)()
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    assert done.return_value == 42
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 42
+
+
+def test_task_options_reach_aenqueue() -> None:
+    with task_options(idempotency_key="async-key", max_attempts=7):
+        result = async_to_sync(tasks.async_multiply.aenqueue)(1, 1)
+    job = Job.objects.get(pk=result.id)
+    assert (job.idempotency_key, job.max_attempts) == ("async-key", 7)
+
+
+def test_the_worker_runs_only_tasks_of_a_durable_backend() -> None:
+    # A row claiming to be a task of a non-durable backend, or naming a
+    # function that is not a Task: the worker's "no handler" path.
+    fake_backend = enqueue(
+        "tests.testapp.tasks.immediate_add",
+        {"args": [1, 2], "kwargs": {}, "backend": "immediate"},
+    ).job
+    not_a_task = enqueue(
+        "tests.testapp.tasks.undecorated",
+        {"args": [1], "kwargs": {}, "backend": "default"},
+    ).job
+    unknown_alias = enqueue(
+        "tests.testapp.tasks.add", {"args": [1, 2], "kwargs": {}, "backend": "gone"}
+    ).job
+    drain()
+    for job in (fake_backend, not_a_task, unknown_alias):
+        job.refresh_from_db()
+        assert job.status == JobStatus.DEAD
+        assert "No handler is registered" in job.last_error
+
+
+def test_a_receiver_error_does_not_fail_the_task() -> None:
+    def broken(**kwargs: Any) -> None:
+        raise RuntimeError("receiver bug")
+
+    task_finished.connect(broken, dispatch_uid="broken-receiver")
+    try:
+        result = tasks.add.enqueue(1, 1)
+        drain()
+    finally:
+        task_finished.disconnect(dispatch_uid="broken-receiver")
+    done = tasks.add.get_result(result.id)
+    assert (done.status, done.attempts, done.return_value) == (TaskResultStatus.SUCCESSFUL, 1, 2)
+
+
+def test_the_job_result_keeps_the_return_value_and_worker() -> None:
+    result = tasks.add.enqueue(20, 22)
+    worker = drain()
+    assert Job.objects.get(pk=result.id).result == {
+        "return_value": 42,
+        "worker_id": worker.config.worker_id,
+    }
+    assert json.dumps(Job.objects.get(pk=result.id).payload)
+
+
+def check_ids(**params: Any) -> list[str]:
+    with override_settings(TASKS={"default": {"BACKEND": DURABLE, **params}}):
+        return [message.id for message in task_backends["default"].check()]
+
+
+def test_check_accepts_a_good_configuration() -> None:
+    assert check_ids(QUEUES=["default", "emails"], OPTIONS={"max_attempts": 4}) == []
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"QUEUES": ["default", "bad queue"]}, ["durable_jobs.E101"]),
+        ({"OPTIONS": ["max_attempts"]}, ["durable_jobs.E102"]),
+        ({"OPTIONS": {"max_attemps": 3}}, ["durable_jobs.E103"]),
+        ({"OPTIONS": {"max_attempts": 0}}, ["durable_jobs.E104"]),
+        ({"OPTIONS": {"max_attempts": "3"}}, ["durable_jobs.E104"]),
+    ],
+)
+def test_check_reports_misconfiguration(params: dict[str, Any], expected: list[str]) -> None:
+    assert check_ids(**params) == expected
+
+
+def test_check_reports_the_app_missing_from_installed_apps() -> None:
+    with override_settings(
+        TASKS={"default": {"BACKEND": DURABLE}},
+        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth"],
+    ):
+        ids = [m.id for m in task_backends["default"].check()]
+    assert ids == ["durable_jobs.E105"]
+
+
+def test_checks_run_through_djangos_check_framework() -> None:
+    with override_settings(TASKS={"default": {"BACKEND": DURABLE, "OPTIONS": {"retries": 3}}}):
+        messages = checks.run_checks()
+    assert "durable_jobs.E103" in [m.id for m in messages]

@@ -1,0 +1,80 @@
+"""Django Tasks for the DurableJobsBackend tests (Django >= 6.0 only).
+
+Each run is recorded as an ``Execution`` (keyed by the task result id), so
+tests count runs exactly and see the attempt and worker of each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from django.tasks import TaskContext, task
+
+from .models import Execution
+
+
+class TaskFailure(Exception):
+    pass
+
+
+def _record(context: TaskContext) -> None:
+    Execution.objects.create(
+        job_id=uuid.UUID(context.task_result.id),
+        attempt=context.attempt,
+        worker=context.task_result.worker_ids[-1],
+    )
+
+
+@task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task(takes_context=True)
+def record(context: TaskContext, label: str = "") -> dict[str, Any]:
+    _record(context)
+    return {"label": label, "attempt": context.attempt}
+
+
+@task(takes_context=True, queue_name="other")
+def record_other(context: TaskContext) -> str:
+    _record(context)
+    return "other"
+
+
+@task(takes_context=True)
+def fail_until(context: TaskContext, succeed_on: int) -> dict[str, Any]:
+    """Fails until ``succeed_on``; returns what the context showed on success."""
+    _record(context)
+    if context.attempt < succeed_on:
+        raise TaskFailure(f"attempt {context.attempt} fails")
+    return {
+        "attempt": context.attempt,
+        "worker_ids": context.task_result.worker_ids,
+        "errors": len(context.task_result.errors),
+    }
+
+
+@task
+def returns_a_set() -> Any:
+    return {1, 2}
+
+
+@task
+async def async_multiply(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    return a * b
+
+
+@task(backend="immediate")
+def immediate_add(a: int, b: int) -> int:
+    return a + b
+
+
+def undecorated(a: int) -> int:
+    return a
+
+
+renamed = task(undecorated)
