@@ -6,14 +6,14 @@
 -- Insert one job, unless its idempotency key is taken, and NOTIFY its queue (delivered at commit). One plain INSERT: the single-job path is bound by round trips and commits, so it avoids insert_jobs' CTEs.
 INSERT INTO durable_jobs_job (
     id, type, queue, payload, idempotency_key, status, priority, attempts,
-    max_attempts, available_at, created_at, updated_at, last_error, errors
+    max_attempts, available_at, created_at, updated_at, last_error, errors, timeout
 )
 VALUES (
     %(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(key)s, 'pending', %(priority)s, 0,
     %(max_attempts)s,
     -- The database's clock, the one the claim compares with.
     COALESCE(%(run_at)s::timestamptz, now() + COALESCE(%(delay_us)s::bigint, 0) * interval '1 microsecond'),
-    now(), now(), '', '[]'::jsonb
+    now(), now(), '', '[]'::jsonb, %(timeout)s::float8
 )
 -- Waits for a concurrent insert of the same key to commit or roll back,
 -- so racing callers end with exactly one row.
@@ -26,7 +26,7 @@ WITH input AS (
     -- One JSON document rather than nine arrays: encoding it is one C call
     -- in Python, and PostgreSQL parses it faster than it binds the arrays.
     -- Row: [id, type, queue, payload, idempotency_key, priority,
-    --       max_attempts, delay_us, run_at]
+    --       max_attempts, delay_us, run_at, timeout]
     SELECT
         (row->>0)::uuid AS id,
         row->>1 AS type,
@@ -36,19 +36,20 @@ WITH input AS (
         (row->>5)::smallint AS priority,
         (row->>6)::integer AS max_attempts,
         (row->>7)::bigint AS delay_us,
-        (row->>8)::timestamptz AS run_at
+        (row->>8)::timestamptz AS run_at,
+        (row->>9)::float8 AS timeout
     FROM jsonb_array_elements(%(jobs)s::jsonb) AS row
 ),
 inserted AS (
     INSERT INTO durable_jobs_job (
         id, type, queue, payload, idempotency_key, status, priority, attempts,
-        max_attempts, available_at, created_at, updated_at, last_error, errors
+        max_attempts, available_at, created_at, updated_at, last_error, errors, timeout
     )
     SELECT
         id, type, queue, payload, idempotency_key, 'pending', priority, 0, max_attempts,
         -- The database's clock, the one the claim compares with.
         COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
-        now(), now(), '', '[]'::jsonb
+        now(), now(), '', '[]'::jsonb, timeout
     FROM input
     -- Key order: concurrent batches sharing keys take them in the same
     -- order, so they wait for each other instead of deadlocking.
@@ -78,18 +79,19 @@ WITH input AS (
         (row->>5)::smallint AS priority,
         (row->>6)::integer AS max_attempts,
         (row->>7)::bigint AS delay_us,
-        (row->>8)::timestamptz AS run_at
+        (row->>8)::timestamptz AS run_at,
+        (row->>9)::float8 AS timeout
     FROM jsonb_array_elements(%(jobs)s::jsonb) AS row
 ),
 inserted AS (
     INSERT INTO durable_jobs_job (
         id, type, queue, payload, idempotency_key, status, priority, attempts,
-        max_attempts, available_at, created_at, updated_at, last_error, errors
+        max_attempts, available_at, created_at, updated_at, last_error, errors, timeout
     )
     SELECT
         id, type, queue, payload, NULL, 'pending', priority, 0, max_attempts,
         COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
-        now(), now(), '', '[]'::jsonb
+        now(), now(), '', '[]'::jsonb, timeout
     FROM input
     RETURNING queue
 ),
@@ -134,6 +136,40 @@ WITH candidates AS MATERIALIZED (
     ORDER BY priority DESC, available_at, created_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+)
+UPDATE durable_jobs_job AS job
+SET status = 'running',
+    attempts = job.attempts + 1,
+    started_at = now(),
+    updated_at = now(),
+    lease_holder = %(worker_id)s,
+    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s::float8),
+    lease_token = gen_random_uuid()
+FROM candidates
+WHERE job.id = candidates.id
+RETURNING job.id, job.type, job.queue, job.payload, job.attempts, job.max_attempts,
+    job.lease_token, job.available_at, job.started_at, job.idempotency_key, job.timeout;
+
+-- claim_jobs_per_queue --
+-- Claim up to limits[i] runnable jobs from queues[i], for each i, in one statement (%(total)s is the sum of the limits): a worker with slots per queue asks each queue for its own free slots, so a busy queue cannot take another's. Otherwise the same as claim_jobs.
+WITH candidates AS MATERIALIZED (
+    -- One index scan per queue (the LATERAL runs once for each (queue, limit)
+    -- pair, each reading the claim-by-queue index in claim order); the
+    -- fence keeps each LIMIT ahead of the UPDATE, as in claim_jobs.
+    SELECT picked.id
+    FROM unnest(%(queues)s::text[], %(limits)s::int[]) AS slot(queue, free)
+    CROSS JOIN LATERAL (
+        SELECT id
+        FROM durable_jobs_job
+        WHERE status = 'pending' AND available_at <= now() AND queue = slot.queue
+        ORDER BY priority DESC, available_at, created_at
+        LIMIT slot.free
+        FOR UPDATE SKIP LOCKED
+    ) AS picked
+    -- Never more than the sum of the limits anyway; a constant LIMIT tells
+    -- the planner how few rows come out, so the UPDATE finds them by primary
+    -- key instead of hashing a scan of the whole table.
+    LIMIT %(total)s
 )
 UPDATE durable_jobs_job AS job
 SET status = 'running',

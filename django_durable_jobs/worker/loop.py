@@ -3,10 +3,13 @@
 Threads, and the connection each uses:
 
 - main thread: the claim loop (its own Django connection);
-- ``concurrency`` handler threads: run handlers (a Django connection each,
-  opened only if a handler uses the ORM);
+- handler threads, one per slot, in slot groups (``pool.py``: one group for
+  all queues, or one per queue with slots of its own; an elastic group
+  starts and stops threads as the load asks): run handlers (a Django
+  connection each, opened only if a handler uses the ORM);
 - completer: writes outcomes in batches (one connection);
 - maintenance: heartbeats and the reaper (one connection);
+- watchdog: fails attempts at their time limit (no connection; ``timeouts.py``);
 - listener: LISTEN for enqueue notifications (one psycopg connection).
 """
 
@@ -14,12 +17,12 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import signal
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -28,19 +31,33 @@ from django.db import DatabaseError, connections
 
 from .. import db, metrics
 from ..conf import jobs_settings
+from ..exceptions import JobTimeout
 from .claimed import ClaimedJob
 from .completer import Completer
 from .executor import RetryPolicy, StopWorker, execute, internal_error
 from .listener import Listener, connection_params
 from .maintenance import Maintenance
 from .outcomes import Outcome, release
+from .pool import (
+    SCALE_DOWN_AFTER_SECONDS,
+    SlotGroup,
+    Slots,
+    check_queue_slots,
+    groups_for,
+    total_size,
+)
 from .presence import Presence
+from .scheduler import Scheduler
+from .timeouts import Attempt, Watchdog
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
 #: Exit codes of ``runjobworker``.
 EXIT_OK = 0
 EXIT_FORCED = 1
+#: A handler thread ignored its time limit: the worker finished its other
+#: jobs and exited so that its process manager starts a fresh process.
+EXIT_RECYCLE = 3
 # Stop claiming while this many outcomes wait to be written: a database
 # that cannot keep up must slow the worker down, not fill its memory.
 MAX_BACKLOG_PER_SLOT = 50
@@ -53,6 +70,15 @@ def default_worker_id() -> str:
 
 @dataclass
 class WorkerConfig:
+    """What a Worker serves and how; ``runjobworker``'s options map onto it.
+
+    Slots: ``concurrency`` handler threads shared by all ``queues``; with
+    ``max_concurrency`` the pool is elastic, between ``concurrency`` and
+    ``max_concurrency``, shrinking after ``scale_down_after`` quiet seconds.
+    With ``queue_slots`` (``{"emails": 4, "webhooks": (1, 8)}``) each queue has
+    slots of its own instead, and ``queues`` is set from its keys.
+    """
+
     queues: frozenset[str] | None = None  # None: every queue
     concurrency: int = 8
     burst: bool = False
@@ -63,6 +89,48 @@ class WorkerConfig:
     alias: str = field(default_factory=db.database_alias)
     listen: bool = True
     install_signal_handlers: bool = True
+    # Enqueue the declared schedules' ticks (never in burst mode).
+    schedules: bool = True
+    max_concurrency: int | None = None  # None: a fixed pool of `concurrency`
+    queue_slots: Mapping[str, int | tuple[int, int] | Slots] | None = None
+    scale_down_after: float = SCALE_DOWN_AFTER_SECONDS
+    # Derived in __post_init__: the shared pool's size, and the checked
+    # per-queue slots (None without queue_slots).
+    slots: Slots = field(init=False, repr=False)
+    slots_per_queue: dict[str, Slots] | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # A bad config is an error here, before any thread starts.
+        maximum = self.concurrency if self.max_concurrency is None else self.max_concurrency
+        try:
+            self.slots = Slots(self.concurrency, maximum)
+        except ValueError as exc:
+            raise ValueError(f"concurrency: {exc}") from None
+        if not self.scale_down_after > 0:
+            raise ValueError(f"scale_down_after must be > 0 seconds, got {self.scale_down_after}")
+        self.slots_per_queue = None
+        if self.queue_slots is not None:
+            self.slots_per_queue = check_queue_slots(self.queue_slots)
+            names = frozenset(self.slots_per_queue)
+            if self.queues is not None and frozenset(self.queues) != names:
+                raise ValueError(
+                    f"queues {sorted(self.queues)} differ from the queues of queue_slots "
+                    f"{sorted(names)}; give queue_slots only"
+                )
+            self.queues = names
+
+    @property
+    def max_slots(self) -> int:
+        """The most handler threads this worker may run at once."""
+        if self.slots_per_queue:
+            return sum(slots.maximum for slots in self.slots_per_queue.values())
+        return self.slots.maximum
+
+    def describe_slots(self) -> str:
+        """``8``, ``2-16`` or ``default:8,emails:4``: for logs."""
+        if self.slots_per_queue:
+            return ",".join(f"{name}:{s}" for name, s in sorted(self.slots_per_queue.items()))
+        return str(self.slots)
 
 
 class Worker:
@@ -91,14 +159,37 @@ class Worker:
         # Jobs given back or reaped while their handler still runs: their
         # late outcome is dropped (and would be fenced out anyway).
         self._abandoned: set[uuid.UUID] = set()
-        self._jobs: queue.SimpleQueue[ClaimedJob | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
+        # Abandoned at their deadline: the watchdog recorded (and counted)
+        # the failed attempt; the slot stays busy until the thread returns.
+        self._timed_out: set[uuid.UUID] = set()
+        # A thread ignored its time limit: stop claiming, finish, exit 3.
+        self._recycle = False
+        self._groups = groups_for(
+            config.queues,
+            config.slots,
+            config.slots_per_queue,
+            config.scale_down_after,
+            self._handler_thread,
+        )
+        # Per-queue slots: which group a job's queue belongs to.
+        self._group_by_queue: dict[str, SlotGroup] | None = (
+            {group.label: group for group in self._groups} if config.slots_per_queue else None
+        )
         self.claimed = 0
         # For /healthz: the main loop runs, and its last claim did not fail.
         self.loop_alive = False
         self.claim_failing = False
-        self.presence = Presence(config)
+        self.presence = Presence(config, self._current_slots)
         self.completer = Completer(config.alias, self._history_limit, self._written)
+        self.watchdog = Watchdog(
+            worker_id=config.worker_id,
+            policy=self.policy,
+            default_timeout=jobs_settings.TIMEOUT_SECONDS,
+            grace=float(jobs_settings.TIMEOUT_GRACE_SECONDS),
+            take=self._take_timed_out,
+            submit=self.completer.submit,
+            on_stuck=self._stuck,
+        )
         self.maintenance = Maintenance(
             config.alias,
             config.worker_id,
@@ -108,10 +199,17 @@ class Worker:
             (self.policy.base, self.policy.cap, self.policy.jitter),
             self._history_limit,
             on_heartbeat=self.presence.beat,
+            deadlines=self.watchdog.deadlines,
         )
         self.listener = (
             Listener(config.alias, str(jobs_settings.NOTIFY_CHANNEL), config.queues, self._notify)
             if config.listen
+            else None
+        )
+        # None when there is nothing to schedule: no thread at all.
+        self.scheduler = (
+            Scheduler.from_declarations(config.alias, config.worker_id)
+            if config.schedules and not config.burst
             else None
         )
 
@@ -124,28 +222,29 @@ class Worker:
             self._install_signal_handlers()
         logger.info(
             "Worker starting worker=%s queues=%s concurrency=%s lease=%ss poll=%ss grace=%ss%s",
-            c.worker_id, ",".join(sorted(c.queues)) if c.queues else "*", c.concurrency,
+            c.worker_id, ",".join(sorted(c.queues)) if c.queues else "*", c.describe_slots(),
             c.lease_seconds, c.poll_interval, c.grace_period, " burst" if c.burst else "",
             extra={"worker_id": c.worker_id},
         )  # fmt: skip
-        for index in range(c.concurrency):
-            thread = threading.Thread(
-                target=self._handler_thread, name=f"durable-jobs-handler-{index}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
-        metrics.set_worker_slots(c.concurrency)
+        with self._lock:
+            now = time.monotonic()
+            for group in self._groups:
+                group.start(now)
+            metrics.set_worker_slots(total_size(self._groups))
         self.loop_alive = True
         self.completer.start()
+        self.watchdog.start()
         self.maintenance.start()
         if self.listener is not None:
             self.listener.start()
+        if self.scheduler is not None:
+            self.scheduler.start()
         try:
             self._loop()
         finally:
             self.loop_alive = False
             self._shutdown()
-        return EXIT_OK
+        return EXIT_RECYCLE if self._recycle else EXIT_OK
 
     def stop(self) -> None:
         """Ask for a graceful stop (what the first SIGTERM/SIGINT does)."""
@@ -188,21 +287,36 @@ class Worker:
 
     def _loop(self) -> None:
         c = self.config
-        max_backlog = max(1_000, MAX_BACKLOG_PER_SLOT * c.concurrency)
+        max_backlog = max(1_000, MAX_BACKLOG_PER_SLOT * c.max_slots)
         next_poll = time.monotonic()
-        more_waiting = True
         claim_failures = 0
         while not self._stopping:
+            if self._recycle:
+                self._drain_for_recycle()
+                return
             now = time.monotonic()
             with self._lock:
-                free = c.concurrency - len(self._running)
+                self._shrink_quiet_groups(now)
                 notified, self._notified = self._notified, False
-            if free > 0 and (notified or more_waiting or now >= next_poll):
+                due = notified or now >= next_poll
+                # Each group with free slots asks for that many jobs: at a
+                # poll or a notification, or at once if its last claim was full.
+                asks = [
+                    (group, group.free())
+                    for group in self._groups
+                    if group.free() > 0 and (due or group.more_waiting)
+                ]
+                free = sum(group.free() for group in self._groups)
+                shrink_at = min(
+                    (t for g in self._groups if (t := g.next_shrink_at()) is not None),
+                    default=None,
+                )
+            if asks:
                 if self.completer.backlog() >= max_backlog:
                     self._sleep(0.01)
                     continue
                 try:
-                    jobs = self._claim(free)
+                    jobs = self._claim(asks)
                     claim_failures = 0
                     self.claim_failing = False
                 except DatabaseError as exc:
@@ -213,10 +327,11 @@ class Worker:
                     connections[c.alias].close()
                     self._sleep(delay)
                     continue
-                more_waiting = len(jobs) == free
                 if not jobs:
                     with self._lock:
-                        busy = bool(self._running)
+                        # A group left out of this claim (no free slot then)
+                        # whose last claim was full may still have jobs.
+                        busy = bool(self._running) or any(g.more_waiting for g in self._groups)
                     if c.burst and not busy:
                         logger.info("No runnable job left: exiting (--burst)")
                         return
@@ -233,33 +348,98 @@ class Worker:
                     next_poll = min(next_poll, self._retry_due)
                     self._retry_due = None
             timeout = max(0.0, next_poll - now) if free > 0 else None
+            if shrink_at is not None:
+                # Wake to stop unused slots even when nothing else happens.
+                until_shrink = max(0.0, shrink_at - now)
+                timeout = until_shrink if timeout is None else min(timeout, until_shrink)
             self._sleep(timeout)
 
-    def _claim(self, limit: int) -> list[ClaimedJob]:
+    def _claim(self, asks: list[tuple[SlotGroup, int]]) -> list[ClaimedJob]:
+        """Claim up to each group's free slots, in one statement; hand the jobs to the groups."""
         c = self.config
-        params: dict[str, Any] = {
-            "limit": limit,
-            "worker_id": c.worker_id,
-            "lease_seconds": float(c.lease_seconds),
-        }
-        if c.queues is None:
-            rows = db.execute(c.alias, "claim_jobs", params)
-        else:
+        params: dict[str, Any] = {"worker_id": c.worker_id, "lease_seconds": float(c.lease_seconds)}
+        if self._group_by_queue is not None:
             rows = db.execute(
-                c.alias, "claim_jobs_in_queues", {**params, "queues": sorted(c.queues)}
+                c.alias,
+                "claim_jobs_per_queue",
+                {
+                    **params,
+                    "queues": [group.label for group, _ in asks],
+                    "limits": [free for _, free in asks],
+                    "total": sum(free for _, free in asks),
+                },
             )
+        else:
+            ((group, limit),) = asks
+            if group.queues is None:
+                rows = db.execute(c.alias, "claim_jobs", {**params, "limit": limit})
+            else:
+                rows = db.execute(
+                    c.alias,
+                    "claim_jobs_in_queues",
+                    {**params, "limit": limit, "queues": sorted(group.queues)},
+                )
         jobs = [ClaimedJob(*row) for row in rows]
+        now = time.monotonic()
+        with self._lock:
+            got: dict[str, int] = {}
+            for job in jobs:
+                # The one place a job starts running, as far as the worker counts.
+                self._held[job.id] = job.lease_token
+                self._running[job.id] = job
+                label = self._group_of(job).label
+                got[label] = got.get(label, 0) + 1
+            grew = [
+                group for group, asked in asks if group.claimed(asked, got.get(group.label, 0), now)
+            ]
+            if grew:
+                size = total_size(self._groups)
+        if grew:
+            metrics.set_worker_slots(size)
+            for group in grew:
+                logger.info(
+                    "Slots grew group=%s slots=%s max=%s: every slot is busy and jobs wait",
+                    group.label, group.size, group.slots.maximum,
+                    extra={"worker_id": c.worker_id},
+                )  # fmt: skip
         if jobs:
-            with self._lock:
-                for job in jobs:
-                    self._held[job.id] = job.lease_token
-                    self._running[job.id] = job
             if metrics.ENABLED:
                 metrics.record_claimed(jobs)
             for job in jobs:
-                self._jobs.put(job)
+                self._group_of(job).jobs.put(job)
             self.claimed += len(jobs)
         return jobs
+
+    def _group_of(self, job: ClaimedJob) -> SlotGroup:
+        if self._group_by_queue is None:
+            return self._groups[0]
+        return self._group_by_queue[job.queue]
+
+    def _shrink_quiet_groups(self, now: float) -> None:
+        """Stop slots that stayed unused for a quiet period (the caller holds the lock)."""
+        for group in self._groups:
+            stopped = group.shrink_if_quiet(now)
+            if stopped:
+                metrics.set_worker_slots(total_size(self._groups))
+                logger.info(
+                    "Slots shrank group=%s slots=%s min=%s: %s slot(s) unused for %ss",
+                    group.label, group.size, group.slots.minimum, stopped,
+                    self.config.scale_down_after, extra={"worker_id": self.config.worker_id},
+                )  # fmt: skip
+
+    def _current_slots(self) -> int:
+        with self._lock:
+            return total_size(self._groups)
+
+    @property
+    def slots(self) -> int:
+        """Handler threads running now (not counting ones told to stop), all groups together."""
+        return self._current_slots()
+
+    def slots_by_group(self) -> dict[str, int]:
+        """``{"all": 8}``, or ``{queue: slots}`` with slots per queue."""
+        with self._lock:
+            return {group.label: group.size for group in self._groups}
 
     def _idle_sleep(self) -> float:
         """Until the next poll: the poll interval, or sooner if a delayed job is due sooner."""
@@ -280,34 +460,73 @@ class Worker:
 
     # -- handler threads -------------------------------------------------
 
-    def _handler_thread(self) -> None:
+    def _handler_thread(self, group: SlotGroup) -> None:
+        """One slot: run the group's jobs one at a time, until a stop marker."""
         try:
             while True:
-                job = self._jobs.get()
+                job = group.jobs.get()
                 if job is None:
                     return
                 started = time.perf_counter()
-                try:
-                    outcome = execute(job, self.config.worker_id, self.policy)
-                except StopWorker as stop:
-                    outcome = stop.outcome
-                    self.stop()
-                except Exception as exc:  # a bug of ours: count it, so it cannot loop
-                    logger.exception("Worker error running job %s", job.id)
-                    outcome = internal_error(job, self.config.worker_id, self.policy, exc)
+                outcome = self._run_attempt(job)
                 self._finished(job, outcome, time.perf_counter() - started)
         finally:
             connections.close_all()
 
-    def _finished(self, job: ClaimedJob, outcome: Outcome, duration: float) -> None:
+    def _run_attempt(self, job: ClaimedJob) -> Outcome | None:
+        """Run the job under the watchdog; None if its late interrupt cut the attempt short.
+
+        The watchdog raises ``JobTimeout`` in this thread once, after the
+        deadline, and only after the job's failed attempt is recorded. It
+        may land after the handler returned, anywhere up to
+        ``watchdog.end()``: hence the loop, which runs ``execute`` once and
+        ``end`` until it completes (it is idempotent).
+        """
+        outcome: Outcome | None = None
+        ran = False
+        while True:
+            try:
+                if not ran:
+                    ran = True
+                    outcome = self._execute(job)
+                self.watchdog.end(job.id)
+                return outcome
+            except JobTimeout:
+                continue
+
+    def _execute(self, job: ClaimedJob) -> Outcome | None:
+        try:
+            return execute(job, self.config.worker_id, self.policy, self.watchdog)
+        except StopWorker as stop:
+            self.stop()
+            return stop.outcome
+        except JobTimeout:
+            return None  # the interrupt, after the handler returned: the job is timed out
+        except Exception as exc:  # a bug of ours: count it, so it cannot loop
+            logger.exception("Worker error running job %s", job.id)
+            return internal_error(job, self.config.worker_id, self.policy, exc)
+
+    def _finished(self, job: ClaimedJob, outcome: Outcome | None, duration: float) -> None:
         with self._lock:
             # None when shutdown already gave the job back (and counted that).
             was_running = self._running.pop(job.id, None) is not None
+            if was_running:
+                self._group_of(job).finished()
+            timed_out = job.id in self._timed_out
+            self._timed_out.discard(job.id)
             if job.id in self._abandoned:
                 self._abandoned.discard(job.id)
                 drop = True
             else:
-                drop = False
+                drop = outcome is None
+        if timed_out or outcome is None:
+            # The watchdog recorded and counted this attempt at its deadline.
+            logger.info(
+                "Late outcome of job %s dropped: the attempt had failed at its time limit",
+                job.id, extra={"job_id": str(job.id)},
+            )  # fmt: skip
+            self._wake()
+            return
         if was_running and metrics.ENABLED:
             # Counted here, once per attempt, whatever happens to the write.
             metrics.record_finished(job, outcome.kind, duration)
@@ -358,7 +577,43 @@ class Worker:
                     outcome.job_id, outcome.kind, extra={"job_id": str(outcome.job_id)},
                 )  # fmt: skip
 
+    def _take_timed_out(self, job_id: uuid.UUID) -> bool:
+        """Watchdog: the job's attempt is past its deadline; take it from its handler.
+
+        False when the attempt is no longer this worker's to record (it
+        finished, was released, or its lease was lost).
+        """
+        with self._lock:
+            if job_id not in self._running or job_id in self._abandoned:
+                return False
+            self._abandoned.add(job_id)
+            self._timed_out.add(job_id)
+            return True
+
+    def _stuck(self, attempt: Attempt) -> None:
+        """Watchdog: a handler thread ignored its interrupt; recycle the process."""
+        with self._cond:
+            self._recycle = True
+            self._wake_locked()
+
+    def _drain_for_recycle(self) -> None:
+        """Stop claiming; wait for the in-flight jobs but the timed-out ones (or a stop)."""
+        with self._lock:
+            others = len(self._running.keys() - self._timed_out)
+        logger.error(
+            "Recycling worker=%s: a handler thread is stuck past its time limit; no new jobs, "
+            "waiting for %s in-flight job(s), then exiting with code %s for a restart",
+            self.config.worker_id, others, EXIT_RECYCLE,
+            extra={"worker_id": self.config.worker_id},
+        )  # fmt: skip
+        while not self._stopping:
+            with self._lock:
+                if not self._running.keys() - self._timed_out:
+                    return
+            self._sleep(0.1)
+
     def _leases_lost(self, lost: set[uuid.UUID]) -> None:
+        self.watchdog.cancel(lost)
         with self._lock:
             for job_id in lost:
                 self._held.pop(job_id, None)
@@ -375,6 +630,8 @@ class Worker:
 
     def _shutdown(self) -> None:
         c = self.config
+        if self.scheduler is not None:
+            self.scheduler.stop()  # first: a stopping worker enqueues nothing new
         deadline = time.monotonic() + (c.grace_period if self._stopping else 0)
         with self._lock:
             running = len(self._running)
@@ -382,18 +639,24 @@ class Worker:
             logger.info("Waiting up to %ss for %s in-flight job(s)", c.grace_period, running)
         while True:
             with self._lock:
-                if not self._running:
+                # Timed-out jobs are recorded already; their threads may never return.
+                if not self._running.keys() - self._timed_out:
                     break
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             self._sleep(min(left, 0.1))
+        # No timeout after this point: what it would submit might not be written.
+        self.watchdog.stop()
         with self._lock:
-            leftover = list(self._running.values())
+            leftover = [j for j in self._running.values() if j.id not in self._timed_out]
             self._abandoned.update(job.id for job in leftover)
             # No longer in flight: the handler thread, if it ever returns,
             # finds the job gone and counts nothing.
             self._running.clear()
+            for group in self._groups:
+                group.running = 0
+        self.watchdog.cancel({job.id for job in leftover})
         for job in leftover:
             metrics.record_released(job)
             logger.warning(
@@ -403,8 +666,9 @@ class Worker:
             self.completer.submit(release(job.id, job.lease_token))
         if not self.completer.stop(timeout=15.0):
             logger.error("Some outcomes could not be recorded; the reaper will retry those jobs")
-        for _ in self._threads:
-            self._jobs.put(None)
+        with self._lock:
+            for group in self._groups:
+                group.stop_all()
         if self.listener is not None:
             self.listener.stop()
         self.maintenance.stop()
@@ -435,7 +699,8 @@ class Worker:
         that finished are not run again by the reaper.
         """
         with self._lock:
-            running = list(self._running.values())
+            # Not the timed-out ones: their failed attempt is among the unwritten.
+            running = [j for j in self._running.values() if j.id not in self._timed_out]
         outcomes = self.completer.unwritten() + [release(j.id, j.lease_token) for j in running]
         if outcomes:
             try:

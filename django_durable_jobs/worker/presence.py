@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connections
@@ -44,21 +45,30 @@ ON CONFLICT (id) DO UPDATE SET
 
 
 class Presence:
-    def __init__(self, config: WorkerConfig) -> None:
+    """``concurrency`` in the row is the worker's current number of slots
+    (``current_slots()`` at each heartbeat), which an elastic pool changes."""
+
+    def __init__(self, config: WorkerConfig, current_slots: Callable[[], int]) -> None:
         self._alias = config.alias
+        self._current_slots = current_slots
         self._params = {
             "id": config.worker_id,
             "host": socket.gethostname()[:255],
             "pid": os.getpid(),
             "queues": json.dumps(sorted(config.queues) if config.queues else []),
-            "concurrency": config.concurrency,
+            "concurrency": config.max_slots,
             "lease": float(config.lease_seconds),
         }
 
     def beat(self) -> None:
         """Upsert this worker's row (the caller handles ``DatabaseError``)."""
+        # Before the handler threads start (size 0), the configured maximum.
+        params = {
+            **self._params,
+            "concurrency": self._current_slots() or self._params["concurrency"],
+        }
         with connections[self._alias].cursor() as cursor:
-            cursor.execute(UPSERT, self._params)
+            cursor.execute(UPSERT, params)
 
     def remove(self) -> None:
         """Delete this worker's row at a graceful shutdown; best effort."""

@@ -457,7 +457,7 @@ def test_the_signal_handler_cannot_deadlock_on_the_workers_lock() -> None:
 def test_call_command_options_are_validated_like_the_command_line() -> None:
     from django.core.management import CommandError, call_command
 
-    for options in ({"concurrency": 0}, {"grace_period": -5}, {"queues": "a:1"},
+    for options in ({"concurrency": 0}, {"grace_period": -5}, {"queues": "a:0"},
                     {"worker_id": ""}, {"poll_interval": "nan"}):  # fmt: skip
         with pytest.raises(CommandError):
             call_command("runjobworker", **options)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -62,3 +63,66 @@ def crash(ctx: JobContext) -> None:
 def retry_forever(ctx: JobContext) -> None:
     """Asks for an impossible delay: the worker falls back to the normal backoff."""
     raise Retry(after=float("inf"))
+
+
+# Jobs of tests.concurrent running now in this process, by queue.
+_concurrent: dict[str, int] = {}
+_concurrent_lock = threading.Lock()
+
+
+@job("tests.concurrent")
+def concurrent(ctx: JobContext) -> dict[str, int]:
+    """Record the execution; return how many jobs of its queue ran at once as it started.
+
+    Sleeps ``payload["sleep"]`` seconds. The most any job returns is the most
+    this process ever ran at once in that queue.
+    """
+    with _concurrent_lock:
+        _concurrent[ctx.queue] = now = _concurrent.get(ctx.queue, 0) + 1
+    try:
+        Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+        time.sleep(float(ctx.payload.get("sleep", 0)))
+    finally:
+        with _concurrent_lock:
+            _concurrent[ctx.queue] -= 1
+    return {"concurrent": now}
+
+
+# Time limits (tests/*/test_time_limits*.py, test_timeouts*.py).
+
+
+@job("tests.sleep_in_c", timeout=30)
+def sleep_in_c(ctx: JobContext) -> dict[str, Any]:
+    """Record the execution, then block in C (``time.sleep``) for ``payload["sleep"]`` s.
+
+    The handler's own limit (30 s) is overridden per job by ``enqueue(timeout=...)``.
+    """
+    Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+    time.sleep(float(ctx.payload["sleep"]))
+    return {"slept": True}
+
+
+@job("tests.spin", timeout=1)
+def spin(ctx: JobContext) -> int:
+    """Record the execution, then spin in pure Python for ``payload["spin"]`` s (default: for ever).
+
+    Ignores ``ctx.cancelled``: only the watchdog's interrupt stops it.
+    """
+    Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+    until = time.monotonic() + float(ctx.payload.get("spin", 1e9))
+    count = 0
+    while time.monotonic() < until:
+        count += 1
+    return count
+
+
+@job("tests.cooperative")
+def cooperative(ctx: JobContext) -> dict[str, Any]:
+    """Record the execution, then work in small steps, calling ``ctx.check()`` between them."""
+    Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+    steps = 0
+    for _ in range(int(ctx.payload.get("steps", 1_000_000))):
+        ctx.check()
+        time.sleep(0.01)
+        steps += 1
+    return {"steps": steps, "remaining": ctx.remaining}

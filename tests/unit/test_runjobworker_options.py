@@ -6,6 +6,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from django_durable_jobs.management.commands.runjobworker import concurrency, queue_list, seconds
+from django_durable_jobs.worker.pool import Slots
 
 
 def test_queue_lists() -> None:
@@ -20,7 +21,15 @@ def test_queue_lists() -> None:
     [
         ("", "comma-separated"),
         ("a,,b", "comma-separated"),
-        ("emails:4", "per-queue slots"),
+        ("emails:0", "between 1 and 1000"),
+        ("emails:x", "not a number of slots"),
+        (":4", "no queue name"),
+        ("emails:4,emails:2", "listed twice"),
+        ("emails,emails", "listed twice"),
+        ("emails:4,default", "not to default"),
+        ("emails:8-2", "more than the maximum"),
+        ("emails:", "not a number of slots"),
+        ("a:600,b:600", "add up to 1200"),
         ("bad queue", "not a valid queue name"),
         ("x" * 101, "not a valid queue name"),
     ],
@@ -30,16 +39,92 @@ def test_bad_queue_lists(value: str, message: str) -> None:
         queue_list(value)
 
 
+def test_slots_per_queue() -> None:
+    assert queue_list("emails:4,default:8") == {"emails": Slots(4, 4), "default": Slots(8, 8)}
+    assert queue_list(" emails : 1-4 ") == {"emails": Slots(1, 4)}
+
+
 @pytest.mark.parametrize(
     ("value", "ok"),
     [("1", True), ("1000", True), ("0", False), ("1001", False), ("-2", False), ("four", False)],
 )
 def test_concurrency(value: str, ok: bool) -> None:
     if ok:
-        assert concurrency(value) == int(value)
+        assert concurrency(value) == Slots(int(value), int(value))
     else:
         with pytest.raises(argparse.ArgumentTypeError):
             concurrency(value)
+
+
+def test_elastic_concurrency() -> None:
+    assert concurrency("2-16") == Slots(2, 16)
+    assert concurrency("3-3") == Slots(3, 3)
+    assert not concurrency("3-3").elastic and concurrency("2-16").elastic
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("16-2", "minimum 16 is more than the maximum 2"),
+        ("0-4", "between 1 and 1000"),
+        ("2-", "not a number of slots"),
+        ("-4", "not a number of slots"),
+        ("2-1001", "between 1 and 1000"),
+        ("2-x", "not a number of slots"),
+    ],
+)
+def test_bad_elastic_concurrency(value: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
+        concurrency(value)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--queues", "emails:0"], "between 1 and 1000"),
+        (["--queues", "emails:x"], "not a number of slots"),
+        (["--queues", ":4"], "no queue name"),
+        (["--queues", "emails:4,emails:2"], "listed twice"),
+        (["--concurrency", "16-2"], "more than the maximum"),
+        (["--concurrency", "0-4"], "between 1 and 1000"),
+        (["--concurrency", "2-"], "not a number of slots"),
+        (["--scale-down-after", "0"], "seconds > 0"),
+    ],
+)
+def test_the_command_line_rejects_bad_slots_with_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from django_durable_jobs.management.commands.runjobworker import Command
+
+    command = Command()
+    command._called_from_command_line = True  # as manage.py does: argparse exits 2
+    parser = command.create_parser("manage.py", "runjobworker")
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(args)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"queues": "emails:0"}, "--queues: 'emails:0': slots must be between 1 and 1000"),
+        ({"queues": "emails:x"}, "not a number of slots"),
+        ({"queues": ":4"}, "no queue name"),
+        ({"queues": "emails:4,emails:2"}, "listed twice"),
+        ({"queues": "emails:4,default"}, "not to default"),
+        ({"concurrency": "16-2"}, "--concurrency: 16-2: the minimum 16"),
+        ({"concurrency": "0-4"}, "--concurrency: slots must be between"),
+        ({"concurrency": "2-"}, "not a number of slots"),
+        ({"queues": "emails:4", "concurrency": "8"}, "cannot be combined"),
+        ({"scale_down_after": -1}, "--scale-down-after"),
+    ],
+)
+def test_call_command_rejects_bad_slots_with_command_errors(
+    options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("runjobworker", **options)
 
 
 def test_seconds() -> None:

@@ -12,37 +12,81 @@ from ...conf import jobs_settings
 from ...constants import QUEUE_MAX_LENGTH, QUEUE_NAME_RE
 from ...worker import Worker, WorkerConfig
 from ...worker.metrics_server import MetricsServer
+from ...worker.pool import MAX_SLOTS, SCALE_DOWN_AFTER_SECONDS, Slots
 
-MAX_CONCURRENCY = 1_000
+MAX_CONCURRENCY = MAX_SLOTS
 
 
-def queue_list(value: str) -> frozenset[str]:
-    names = [name.strip() for name in value.split(",")]
-    if not value.strip() or any(not name for name in names):
+def slot_count(value: str) -> Slots:
+    """``"8"`` (a fixed number of slots) or ``"2-16"`` (elastic, from 2 up to 16)."""
+    low, dash, high = value.strip().partition("-")
+    try:
+        minimum = int(low)
+        maximum = int(high) if dash else minimum
+    except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{value!r} is not a comma-separated list of queue names (e.g. 'emails,default')"
+            f"{value!r} is not a number of slots N or a range MIN-MAX (e.g. '8' or '2-16')"
+        ) from None
+    if not (1 <= minimum <= MAX_CONCURRENCY and 1 <= maximum <= MAX_CONCURRENCY):
+        raise argparse.ArgumentTypeError(
+            f"slots must be between 1 and {MAX_CONCURRENCY}, got {value.strip()}"
         )
-    for name in names:
-        if ":" in name:
-            raise argparse.ArgumentTypeError(
-                f"{name!r}: per-queue slots ('queue:N') are not supported yet; "
-                "list queue names only and use --concurrency"
-            )
+    if minimum > maximum:
+        raise argparse.ArgumentTypeError(
+            f"{value.strip()}: the minimum {minimum} is more than the maximum {maximum}"
+        )
+    return Slots(minimum, maximum)
+
+
+def queue_list(value: str) -> frozenset[str] | dict[str, Slots]:
+    """``"emails,default"`` (names: the queues share --concurrency) or
+    ``"emails:4,default:2-8"`` (each queue has slots of its own).
+
+    Every queue has a count or none does: with a mix it would be unclear how
+    many slots the uncounted queues get.
+    """
+    items = [item.strip() for item in value.split(",")]
+    if not value.strip() or any(not item for item in items):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a comma-separated list of queue names "
+            "(e.g. 'emails,default' or 'emails:4,default:8')"
+        )
+    counted: dict[str, Slots] = {}
+    names: list[str] = []
+    for item in items:
+        name, colon, count = (part.strip() for part in item.partition(":"))
+        if not name:
+            raise argparse.ArgumentTypeError(f"{item!r} has no queue name before ':'")
         if len(name) > QUEUE_MAX_LENGTH or not QUEUE_NAME_RE.match(name):
             raise argparse.ArgumentTypeError(
                 f"{name!r} is not a valid queue name (letters, digits, '_', '-' and '.')"
             )
-    return frozenset(names)
+        if name in names:
+            raise argparse.ArgumentTypeError(f"queue {name!r} is listed twice")
+        names.append(name)
+        if colon:
+            try:
+                counted[name] = slot_count(count)
+            except argparse.ArgumentTypeError as exc:
+                raise argparse.ArgumentTypeError(f"{item!r}: {exc}") from None
+    if not counted:
+        return frozenset(names)
+    if len(counted) < len(names):
+        uncounted = ", ".join(name for name in names if name not in counted)
+        raise argparse.ArgumentTypeError(
+            f"{value!r} gives slots to some queues but not to {uncounted}: give every queue "
+            "its slots (e.g. 'emails:4,default:8') or none (they then share --concurrency)"
+        )
+    total = sum(slots.maximum for slots in counted.values())
+    if total > MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(
+            f"the queues' slots add up to {total}, over the limit of {MAX_CONCURRENCY}"
+        )
+    return counted
 
 
-def concurrency(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if not 1 <= number <= MAX_CONCURRENCY:
-        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_CONCURRENCY}, got {number}")
-    return number
+def concurrency(value: str) -> Slots:
+    return slot_count(value)
 
 
 def seconds(*, allow_zero: bool) -> Any:
@@ -76,6 +120,8 @@ def worker_id(value: str) -> str:
 
 
 def _as_text(value: Any) -> str:
+    if isinstance(value, dict):
+        return ",".join(f"{name}:{slots}" for name, slots in value.items())
     if isinstance(value, (set, frozenset, list, tuple)):
         return ",".join(map(str, value))
     return str(value)
@@ -93,13 +139,23 @@ class Command(BaseCommand):
             "--queues",
             type=queue_list,
             default=None,
-            help="Comma-separated queues to serve (default: all queues).",
+            help="Comma-separated queues to serve (default: all queues). Give each queue "
+            "slots of its own with 'emails:4,default:8' (or an elastic 'emails:1-4'); "
+            "plain names share --concurrency.",
         )
         parser.add_argument(
             "--concurrency",
             type=concurrency,
-            default=8,
-            help="Jobs run at once in this process, one thread each (default: %(default)s).",
+            default=None,
+            help="Jobs run at once in this process, one thread each: N, or MIN-MAX for a "
+            "pool that grows while jobs wait and shrinks when quiet (default: 8).",
+        )
+        parser.add_argument(
+            "--scale-down-after",
+            type=seconds(allow_zero=False),
+            default=None,
+            help="Seconds a slot of an elastic pool may stay unused before it is stopped "
+            f"(default: {SCALE_DOWN_AFTER_SECONDS:g}).",
         )
         parser.add_argument(
             "--burst",
@@ -146,11 +202,18 @@ class Command(BaseCommand):
             help="Address the --metrics-port server binds to; 127.0.0.1 keeps it local "
             "(default: %(default)r, so that Prometheus can scrape it from another host).",
         )
+        parser.add_argument(
+            "--no-schedules",
+            action="store_true",
+            help="Do not enqueue the periodic jobs' ticks from this worker (other workers "
+            "still do). Burst workers never do.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         for name, parse in (
             ("queues", queue_list),
             ("concurrency", concurrency),
+            ("scale_down_after", seconds(allow_zero=False)),
             ("grace_period", seconds(allow_zero=True)),
             ("poll_interval", seconds(allow_zero=False)),
             ("lease_seconds", seconds(allow_zero=False)),
@@ -167,13 +230,28 @@ class Command(BaseCommand):
             value = options[option]
             return float(getattr(jobs_settings, setting) if value is None else value)
 
+        queues = options["queues"]
+        slots: Slots = options["concurrency"] or Slots(8, 8)
+        if isinstance(queues, dict) and options["concurrency"] is not None:
+            raise CommandError(
+                "--concurrency cannot be combined with slots per queue in --queues "
+                "(each queue has its own; the process runs their sum)"
+            )
         config = WorkerConfig(
-            queues=options["queues"],
-            concurrency=options["concurrency"],
+            queues=None if isinstance(queues, dict) else queues,
+            queue_slots=queues if isinstance(queues, dict) else None,
+            concurrency=slots.minimum,
+            max_concurrency=slots.maximum,
+            scale_down_after=(
+                SCALE_DOWN_AFTER_SECONDS
+                if options["scale_down_after"] is None
+                else options["scale_down_after"]
+            ),
             burst=options["burst"],
             grace_period=pick("grace_period", "GRACE_PERIOD_SECONDS"),
             poll_interval=pick("poll_interval", "POLL_INTERVAL_SECONDS"),
             lease_seconds=pick("lease_seconds", "LEASE_SECONDS"),
+            schedules=not options.get("no_schedules", False),
         )
         if options["worker_id"]:
             config.worker_id = options["worker_id"]

@@ -1,0 +1,206 @@
+"""Slots per queue (``--queues emails:2,default:3``), in this process, on the real PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+from django.db import connection
+from django.db.models import Count
+
+from django_durable_jobs import db as gateway
+from django_durable_jobs import enqueue_many
+from django_durable_jobs.constants import CLAIM_QUEUE_INDEX, QUEUE_INDEX
+from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.sql import QUERIES
+from django_durable_jobs.worker import Worker, WorkerConfig
+from django_durable_jobs.worker.pool import Slots
+from tests.testapp.models import Execution
+
+from .test_claim_plan import big_table, explain  # noqa: F401  (a fixture, used by name)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def config(**overrides: object) -> WorkerConfig:
+    values: dict[str, object] = {
+        "burst": True,
+        "poll_interval": 0.05,
+        "lease_seconds": 10.0,
+        "grace_period": 5.0,
+        "install_signal_handlers": False,
+        "worker_id": f"slots-{uuid.uuid4().hex[:6]}",
+    }
+    values.update(overrides)
+    return WorkerConfig(**values)  # type: ignore[arg-type]
+
+
+def backlog(queue: str, count: int, sleep: float) -> list[uuid.UUID]:
+    results = enqueue_many(
+        [{"type": "tests.concurrent", "queue": queue, "payload": {"sleep": sleep}}] * count
+    )
+    return [result.job.pk for result in results]
+
+
+def peak(queue: str) -> int:
+    """The most jobs of ``queue`` this process ran at once (each job's result says)."""
+    return max(
+        job.result["concurrent"]
+        for job in Job.objects.filter(queue=queue, status=JobStatus.COMPLETED)
+    )
+
+
+def assert_each_ran_exactly_once(ids: list[uuid.UUID]) -> None:
+    assert Job.objects.filter(pk__in=ids, status=JobStatus.COMPLETED, attempts=1).count() == len(
+        ids
+    )
+    runs = Execution.objects.filter(job_id__in=ids).values("job_id").annotate(n=Count("id"))
+    assert sorted(r["n"] for r in runs) == [1] * len(ids)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def test_no_queue_ever_runs_more_jobs_than_its_slots() -> None:
+    ids = backlog("emails", 12, 0.15) + backlog("default", 15, 0.15)
+    worker = Worker(config(queue_slots={"emails": 2, "default": 3}))
+    assert worker.run() == 0
+    assert_each_ran_exactly_once(ids)
+    # Both reached their slots (a backlog of 12 and 15), neither went past them.
+    assert peak("emails") == 2
+    assert peak("default") == 3
+    assert worker.slots_by_group() == {"emails": 0, "default": 0}  # stopped
+
+
+def test_a_queue_makes_progress_while_another_is_saturated_with_slow_jobs() -> None:
+    slow = backlog("webhooks", 6, 3.0)
+    worker = Worker(config(queue_slots={"webhooks": 2, "emails": 2}, burst=False))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_for(lambda: Execution.objects.filter(job_id__in=slow).count() == 2)
+        # Both webhook slots are busy for 3 s, four more webhooks wait; emails
+        # enqueued now run at once in their own slots.
+        started = time.monotonic()
+        fast = backlog("emails", 10, 0.0)
+        wait_for(lambda: Job.objects.filter(pk__in=fast, status=JobStatus.COMPLETED).count() == 10)
+        assert time.monotonic() - started < 2.5
+        # The webhooks never took more than their two slots meanwhile.
+        assert Job.objects.filter(pk__in=slow, status=JobStatus.RUNNING).count() <= 2
+        assert Job.objects.filter(pk__in=slow, status=JobStatus.COMPLETED).count() == 0
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert_each_ran_exactly_once(fast)
+    assert peak("emails") <= 2
+    # Shutdown let the two running webhooks finish or gave them back: none is left running.
+    assert not Job.objects.filter(status=JobStatus.RUNNING).exists()
+
+
+def test_each_claim_asks_each_queue_for_its_own_free_slots_in_one_statement() -> None:
+    backlog("emails", 8, 0.05)
+    backlog("default", 8, 0.05)
+    calls: list[dict[str, object]] = []
+    original = gateway.execute
+
+    def spy(using: str, name: str, params: dict[str, object]) -> list[tuple[object, ...]]:
+        rows = original(using, name, params)
+        if name.startswith("claim_jobs"):
+            assert name == "claim_jobs_per_queue"
+            limits = dict(zip(params["queues"], params["limits"], strict=True))  # type: ignore[call-overload]
+            got: dict[str, int] = {}
+            for row in rows:
+                got[row[2]] = got.get(row[2], 0) + 1  # type: ignore[index]
+            calls.append({"limits": limits, "got": got})
+        return rows
+
+    gateway.execute = spy  # type: ignore[assignment]
+    try:
+        Worker(config(queue_slots={"emails": 1, "default": 3})).run()
+    finally:
+        gateway.execute = original  # type: ignore[assignment]
+    assert calls[0]["limits"] == {"emails": 1, "default": 3}
+    for call in calls:
+        limits, got = call["limits"], call["got"]
+        assert all(got[q] <= limits[q] for q in got), call  # type: ignore[index]
+        assert set(limits.values()) <= {1, 2, 3}, call  # type: ignore[union-attr]
+    assert sum(sum(c["got"].values()) for c in calls) == 16  # type: ignore[union-attr]
+
+
+def test_queues_without_slots_of_their_own_are_not_served() -> None:
+    other = backlog("reports", 3, 0.0)
+    ids = backlog("emails", 3, 0.0)
+    Worker(config(queue_slots={"emails": 2})).run()
+    assert_each_ran_exactly_once(ids)
+    assert Job.objects.filter(pk__in=other, status=JobStatus.PENDING).count() == 3
+
+
+def test_bad_queue_slots_are_clear_errors() -> None:
+    for slots, message in [
+        ({"emails": 0}, "queue 'emails': slots must satisfy 1 <= minimum"),
+        ({"emails": (4, 2)}, "queue 'emails'"),
+        ({"bad queue": 2}, "not a valid queue name"),
+        ({}, "at least one queue"),
+        ({"a": 600, "b": 600}, "add up to 1200"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            config(queue_slots=slots)
+    with pytest.raises(ValueError, match="differ from the queues of queue_slots"):
+        config(queue_slots={"emails": 2}, queues=frozenset({"default"}))
+    assert config(queue_slots={"emails": (1, 4)}).slots_per_queue == {"emails": Slots(1, 4)}
+
+
+def test_the_per_queue_claim_uses_the_claim_by_queue_index(big_table: None) -> None:  # noqa: F811
+    params = {
+        "worker_id": "w",
+        "lease_seconds": 30,
+        "queues": ["default", "emails"],
+        "limits": [4, 2],
+        "total": 6,
+    }
+    plan = explain(QUERIES["claim_jobs_per_queue"], params)
+    assert CLAIM_QUEUE_INDEX in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
+def test_the_per_queue_claim_takes_each_queues_best_jobs_up_to_its_limit(
+    big_table: None,  # noqa: F811
+) -> None:
+    with connection.cursor() as cursor:
+        expected: set[uuid.UUID] = set()
+        for queue, limit in (("default", 4), ("emails", 2)):
+            cursor.execute(
+                """
+                SELECT id FROM durable_jobs_job
+                WHERE status = 'pending' AND available_at <= now() AND queue = %s
+                ORDER BY priority DESC, available_at, created_at LIMIT %s
+                """,
+                [queue, limit],
+            )
+            expected |= {row[0] for row in cursor.fetchall()}
+        cursor.execute(
+            QUERIES["claim_jobs_per_queue"],
+            {"worker_id": "w", "lease_seconds": 30, "queues": ["default", "emails"],
+             "limits": [4, 2], "total": 6},
+        )  # fmt: skip
+        rows = cursor.fetchall()
+    assert {row[0] for row in rows} == expected
+    assert sorted(row[2] for row in rows) == ["default"] * 4 + ["emails"] * 2
+    assert all(row[4] == 1 for row in rows)  # the attempt is counted
+
+
+def test_a_queue_of_few_rows_is_claimed_by_index_past_a_big_backlog(big_table: None) -> None:  # noqa: F811
+    plan = explain(
+        QUERIES["claim_jobs_per_queue"],
+        {"worker_id": "w", "lease_seconds": 30, "queues": ["small"], "limits": [3], "total": 3},
+    )
+    assert CLAIM_QUEUE_INDEX in plan or QUEUE_INDEX in plan, plan
+    assert "Seq Scan" not in plan, plan
