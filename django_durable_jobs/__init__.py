@@ -16,6 +16,7 @@ from .exceptions import (
     HandlerAlreadyRegistered,
     IdempotencyConflict,
     InvalidJob,
+    JobTimeout,
     Retry,
 )
 from .registry import job
@@ -34,6 +35,7 @@ __all__ = [
     "IdempotencyConflict",
     "InvalidJob",
     "JobContext",
+    "JobTimeout",
     "Retry",
     "__version__",
     "enqueue",

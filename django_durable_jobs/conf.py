@@ -20,6 +20,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .constants import (
     MAX_ATTEMPTS_LIMIT,
+    MAX_DELAY_SECONDS,
     NOTIFY_CHANNEL_MAX_BYTES,
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -93,6 +94,14 @@ def _channel(value: Any) -> bool:
         and len(value.encode()) <= NOTIFY_CHANNEL_MAX_BYTES
         and "\x00" not in value
     )
+
+
+def _time_limit(value: Any) -> bool:
+    return _positive_number(value) and value <= MAX_DELAY_SECONDS
+
+
+def _time_limit_or_none(value: Any) -> bool:
+    return value is None or _time_limit(value)
 
 
 #: The statuses ``RETENTION`` may name: finished jobs only.
@@ -184,6 +193,19 @@ SETTINGS: dict[str, Setting] = {
     ),
     "ERROR_HISTORY_LIMIT": Setting(
         20,
+    "TIMEOUT_SECONDS": Setting(
+        None,
+        _time_limit_or_none,
+        f"None or a number of seconds > 0 and <= {MAX_DELAY_SECONDS}",
+        "Time limit of one attempt for jobs whose handler and enqueue set none; None: no limit.",
+    ),
+    "TIMEOUT_GRACE_SECONDS": Setting(
+        10.0,
+        _positive_number,
+        "a number > 0",
+        "How long a handler thread interrupted at its deadline may take to return before the "
+        "worker recycles itself (exit code 3).",
+    ),
         _positive_int,
         "an integer >= 1",
         "How many failures a job keeps in its errors history (oldest dropped first).",
@@ -220,6 +242,12 @@ SETTINGS: dict[str, Setting] = {
         f"{API_MAX_PAGE_SIZE}).",
     ),
     "RETENTION": Setting(
+    "API_MAX_TIMEOUT_SECONDS": Setting(
+        3600.0,
+        _time_limit,
+        f"a number of seconds > 0 and <= {MAX_DELAY_SECONDS}",
+        "Largest per-job timeout a POST /api/jobs may ask for (400 above it).",
+    ),
         {"completed": "7d", "cancelled": "7d", "dead": "30d"},
         _retention,
         "None, or a dict mapping 'completed', 'cancelled' and 'dead' to a duration "

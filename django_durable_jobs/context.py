@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
+
+from .exceptions import JobTimeout
+
+
+class CancelFlag:
+    """Set once by the worker when it gives up on an attempt.
+
+    A plain attribute rather than a ``threading.Event``: the handler thread
+    may be interrupted (``JobTimeout`` raised in it) at any bytecode, and
+    must never be holding an internal lock when that happens.
+    """
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
 
 
 @dataclass(frozen=True)
@@ -12,6 +36,14 @@ class JobContext:
     """The job a handler runs, passed as its only argument.
 
     ``attempt`` counts from 1. The payload is the job's JSON object.
+
+    Time limit: ``timeout`` is this attempt's limit in seconds and
+    ``deadline`` the wall-clock moment (an aware UTC ``datetime``) it ends,
+    both ``None`` without a limit. ``deadline`` is for display and for
+    passing on (say, as an HTTP client's timeout); the worker itself
+    measures the limit on the monotonic clock, so changing the system
+    clock moves neither ``cancelled`` nor the watchdog. A long handler
+    should test ``ctx.cancelled`` or call ``ctx.check()`` between steps.
     """
 
     id: uuid.UUID
@@ -23,7 +55,41 @@ class JobContext:
     worker_id: str = ""
     idempotency_key: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    timeout: float | None = None
+    deadline: datetime | None = None
+    # Set by the worker: the deadline on time.monotonic()'s clock, and the
+    # flag it sets when it gives up on the attempt (deadline passed, lease
+    # lost, shutdown). Private: handlers read `cancelled`.
+    _deadline_monotonic: float | None = field(default=None, repr=False, compare=False)
+    _cancel: CancelFlag | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_last_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
+
+    @property
+    def remaining(self) -> float | None:
+        """Seconds left before the deadline (0 once past it); ``None`` without a limit."""
+        if self._deadline_monotonic is None:
+            return None
+        return max(0.0, self._deadline_monotonic - time.monotonic())
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the attempt is past its deadline or the worker gave up on it.
+
+        The worker gives up on an attempt when its lease was lost (the job
+        was reaped and may run elsewhere) or at the end of a shutdown's grace
+        period. Cheap (no query): test it as often as convenient. Whatever
+        the handler does after this turns True is not recorded.
+        """
+        cancel = self._cancel
+        if cancel is not None and cancel.is_set():
+            return True
+        deadline = self._deadline_monotonic
+        return deadline is not None and time.monotonic() >= deadline
+
+    def check(self) -> None:
+        """Raise ``JobTimeout`` if the attempt is cancelled (see ``cancelled``)."""
+        if self.cancelled:
+            raise JobTimeout(self.timeout)

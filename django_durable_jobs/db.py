@@ -105,6 +105,7 @@ def insert_jobs(
                 "max_attempts": spec.max_attempts,
                 "delay_us": spec.delay_us,
                 "run_at": spec.run_at,
+                "timeout": spec.timeout,
                 "channel": channel,
             },
         )
@@ -145,5 +146,6 @@ def _json_row(spec: JobSpec, job_id: uuid.UUID) -> str:
         f"{'null' if spec.idempotency_key is None else _json_str(spec.idempotency_key)},"
         f"{spec.priority},{spec.max_attempts},"
         f"{'null' if spec.delay_us is None else spec.delay_us},"
-        f"{'null' if spec.run_at is None else _json_str(spec.run_at.isoformat())}]"
+        f"{'null' if spec.run_at is None else _json_str(spec.run_at.isoformat())},"
+        f"{'null' if spec.timeout is None else repr(spec.timeout)}]"
     )

@@ -24,7 +24,17 @@ from .validation import Defaults, JobSpec, build_spec
 logger = logging.getLogger(__name__)
 
 ENQUEUE_ARGUMENTS = frozenset(
-    {"type", "payload", "idempotency_key", "queue", "priority", "max_attempts", "delay", "run_at"}
+    {
+        "type",
+        "payload",
+        "idempotency_key",
+        "queue",
+        "priority",
+        "max_attempts",
+        "delay",
+        "run_at",
+        "timeout",
+    }
 )
 # A replay finds the key's row gone only if it was deleted between our
 # INSERT and our SELECT (a prune, an operator); trying again is then safe.
@@ -74,12 +84,16 @@ def enqueue(
     max_attempts: int | None = None,
     delay: timedelta | float | None = None,
     run_at: datetime | None = None,
+    timeout: timedelta | float | None = None,
     using: str | None = None,
 ) -> EnqueueResult:
     """Create a job of ``type`` with ``payload``, or return the one holding ``idempotency_key``.
 
-    The same key with the same type, queue, payload, priority and
-    ``max_attempts`` returns the existing job with ``created=False``; with
+    ``timeout`` (seconds or a ``timedelta``) limits each attempt of this job,
+    overriding the handler's ``timeout`` and ``TIMEOUT_SECONDS``.
+
+    The same key with the same type, queue, payload, priority,
+    ``max_attempts`` and ``timeout`` returns the existing job with ``created=False``; with
     any of them different it raises ``IdempotencyConflict``. Raises
     ``InvalidJob`` (a ``ValueError``) before touching the database when an
     argument is invalid. Unregistered types are allowed: the handler may
@@ -94,6 +108,7 @@ def enqueue(
         max_attempts=max_attempts,
         delay=delay,
         run_at=run_at,
+        timeout=timeout,
     )
     # One statement, so atomic on its own: no transaction needed here.
     return _insert(db.database_alias(using), [spec])[0]
@@ -234,6 +249,7 @@ def _job_from_spec(
         None,  # lease_holder
         None,  # lease_expires_at
         None,  # lease_token
+        spec.timeout,  # timeout
     )
     job._state.adding = False
     job._state.db = alias

@@ -63,3 +63,40 @@ class Retry(DurableJobsError):
         super().__init__(reason or "retry requested by the handler")
         self.after = after
         self.reason = reason
+
+
+class JobTimeout(DurableJobsError):
+    """The attempt ran past its time limit (``@job(timeout=...)``).
+
+    Recorded as the failed attempt's error when the worker's watchdog fails
+    a job at its deadline, raised by ``ctx.check()`` once the attempt is
+    cancelled, and raised asynchronously inside a handler thread that is
+    still running Python code after its deadline. ``timeout`` is the limit
+    in seconds, ``None`` when unknown (the asynchronous interrupt carries no
+    argument). An ordinary exception, so a handler's ``except Exception``
+    can swallow it: see docs/guides/time-limits.md for what then happens.
+    """
+
+    def __init__(self, timeout: float | None = None, message: str = "") -> None:
+        if not message:
+            message = (
+                f"the attempt ran past its time limit of {timeout:g} s"
+                if timeout is not None
+                else "the attempt ran past its time limit"
+            )
+        super().__init__(message)
+        self.timeout = timeout
+
+
+class InvalidSchedule(DurableJobsError, ValueError):
+    """A schedule (``@job(schedule=...)`` or a ``SCHEDULES`` entry) is invalid.
+
+    Raised at declaration time by ``@job`` and reported by the system check
+    ``durable_jobs.E007`` for ``DURABLE_JOBS["SCHEDULES"]``, so that a typo
+    in a cron expression is an error at startup, not a job that never runs.
+    """
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"Schedule {name!r}: {message}")
+        self.name = name
+        self.message = message

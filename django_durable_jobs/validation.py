@@ -155,6 +155,27 @@ def validate_delay(value: Any) -> int | None:
     return round(seconds * 1_000_000)
 
 
+def validate_timeout(value: Any, field: str = "timeout") -> float:
+    """A time limit in seconds: a positive, finite number (``timedelta`` accepted)."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidJob(
+            field, f"must be a number of seconds or a timedelta, not {type(value).__name__}."
+        )
+    if not math.isfinite(seconds):
+        raise InvalidJob(field, "must be finite.")
+    if seconds <= 0:
+        raise InvalidJob(field, f"must be more than 0 seconds (got {seconds:g}).")
+    if seconds > MAX_DELAY_SECONDS:
+        raise InvalidJob(
+            field, f"must be at most {MAX_DELAY_SECONDS} s (100 years), got {seconds:g} s."
+        )
+    return seconds
+
+
 def validate_run_at(value: Any) -> datetime | None:
     if value is None:
         return None
@@ -181,6 +202,10 @@ class JobSpec(NamedTuple):
     idempotency_key: str | None
     delay_us: int | None
     run_at: datetime | None
+    #: The per-job time limit, only when the caller gave one: ``None`` lets
+    #: the worker use the handler's ``timeout``, then ``TIMEOUT_SECONDS``, as
+    #: they are when the job runs.
+    timeout: float | None = None
 
     @property
     def delay(self) -> timedelta | None:
@@ -192,7 +217,10 @@ class JobSpec(NamedTuple):
         The payload is compared as stored JSON (so ``{1: "a"}`` equals
         ``{"1": "a"}``). The schedule is left out on purpose: a delay is
         relative to the moment of each call, so a retried call never
-        repeats it exactly.
+        repeats it exactly. ``timeout`` is compared as given (``None``, no
+        per-job limit, differs from any number): a replay asking for another
+        limit than the job has would otherwise run under a limit the caller
+        did not ask for.
         """
         return [
             name
@@ -202,6 +230,7 @@ class JobSpec(NamedTuple):
                 ("payload", self.stored_payload()),
                 ("priority", self.priority),
                 ("max_attempts", self.max_attempts),
+                ("timeout", self.timeout),
             )
             if mine != getattr(job, name)
         ]
@@ -240,6 +269,7 @@ def build_spec(
     max_attempts: Any = None,
     delay: Any = None,
     run_at: Any = None,
+    timeout: Any = None,
     defaults: Defaults | None = None,
 ) -> JobSpec:
     """Validate ``enqueue`` arguments and fill in the defaults.
@@ -277,4 +307,5 @@ def build_spec(
         None if idempotency_key is None else validate_idempotency_key(idempotency_key),
         None if delay is None else validate_delay(delay),
         None if run_at is None else validate_run_at(run_at),
+        None if timeout is None else validate_timeout(timeout),
     )

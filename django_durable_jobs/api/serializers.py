@@ -158,6 +158,14 @@ class EnqueueSerializer(serializers.Serializer):
     max_attempts = StrictIntegerField(
         required=False, help_text=f"Attempts before the job goes dead; 1 to {MAX_ATTEMPTS_LIMIT}."
     )
+    timeout = SecondsField(
+        required=False,
+        help_text=(
+            "Seconds one attempt may run before it fails with JobTimeout; more than 0 and at "
+            "most DURABLE_JOBS['API_MAX_TIMEOUT_SECONDS'] (default 3600). Without it, the "
+            "handler's timeout or DURABLE_JOBS['TIMEOUT_SECONDS'] applies."
+        ),
+    )
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
@@ -177,6 +185,16 @@ class EnqueueSerializer(serializers.Serializer):
             raise serializers.ValidationError(
                 f"no handler is registered for job type {value!r} "
                 "(DURABLE_JOBS['API_ALLOW_UNREGISTERED_TYPES'] is False)."
+            )
+        return value
+
+    def validate_timeout(self, value: float | int) -> float | int:
+        # Positive and finite is enqueue()'s rule (validation.py); the API's
+        # ceiling keeps a client from pinning a worker slot for days.
+        limit = float(jobs_settings.API_MAX_TIMEOUT_SECONDS)
+        if value > limit:
+            raise serializers.ValidationError(
+                f"must be at most {limit:g} seconds (DURABLE_JOBS['API_MAX_TIMEOUT_SECONDS'])."
             )
         return value
 
@@ -261,7 +279,7 @@ class JobDetailSerializer(JobSerializer):
     errors = serializers.ListField(child=ObjectField(), read_only=True)
 
     class Meta(JobSerializer.Meta):
-        fields = (*JOB_FIELDS, "result", "errors")
+        fields = (*JOB_FIELDS, "timeout", "result", "errors")
         read_only_fields = fields
 
 

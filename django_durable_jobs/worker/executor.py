@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from json.encoder import encode_basestring as _json_str
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -25,12 +26,15 @@ from django.utils import timezone
 from ..backoff import retry_delay
 from ..constants import MAX_DELAY_SECONDS
 from ..context import JobContext
-from ..exceptions import Discard, Retry
+from ..exceptions import Discard, JobTimeout, Retry
 from ..models import JobStatus
 from ..registry import registry
 from ..tasks_bridge import task_handler
 from .claimed import ClaimedJob
 from .outcomes import Outcome, release
+
+if TYPE_CHECKING:
+    from .timeouts import Watchdog
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -57,8 +61,15 @@ class StopWorker(Exception):
         self.cause = cause
 
 
-def execute(job: ClaimedJob, worker_id: str, policy: RetryPolicy) -> Outcome:
-    """Run ``job``'s handler once; return the outcome to record."""
+def execute(
+    job: ClaimedJob, worker_id: str, policy: RetryPolicy, watchdog: Watchdog | None = None
+) -> Outcome:
+    """Run ``job``'s handler once; return the outcome to record.
+
+    With a ``watchdog``, the attempt is registered with it before the
+    handler starts (its time limit then counts from there) and the context
+    carries its deadline; the caller ends the attempt (``watchdog.end``).
+    """
     log_fields = {
         "job_id": str(job.id),
         "job_type": job.type,
@@ -81,6 +92,7 @@ def execute(job: ClaimedJob, worker_id: str, policy: RetryPolicy) -> Outcome:
         )  # fmt: skip
         return _dead(job, worker_id, message, "django_durable_jobs.UnknownJobType", "")
 
+    attempt = watchdog.begin(job, handler.timeout) if watchdog is not None else None
     ctx = JobContext(
         id=job.id,
         type=job.type,
@@ -90,6 +102,10 @@ def execute(job: ClaimedJob, worker_id: str, policy: RetryPolicy) -> Outcome:
         max_attempts=job.max_attempts,
         worker_id=worker_id,
         idempotency_key=job.idempotency_key,
+        timeout=None if attempt is None else attempt.timeout,
+        deadline=None if attempt is None else attempt.deadline_at,
+        _deadline_monotonic=None if attempt is None else attempt.deadline,
+        _cancel=None if attempt is None else attempt.cancel,
     )
     started = time.perf_counter()
     # Handlers that use the ORM get this thread's own connection; drop it if
@@ -144,6 +160,36 @@ def internal_error(job: ClaimedJob, worker_id: str, policy: RetryPolicy, exc: Ex
     Counted (unlike a release), so that a job that trips a bug cannot loop.
     """
     return _retry(job, worker_id, policy, exc, time.perf_counter(), {}, requested=None)
+
+
+def timed_out(
+    job: ClaimedJob,
+    worker_id: str,
+    policy: RetryPolicy,
+    timeout: float | None,
+    elapsed: float,
+    stack: str = "",
+) -> Outcome:
+    """The attempt ran past its deadline: a failed attempt with a ``JobTimeout`` error.
+
+    Retried with backoff, or dead when it was the last attempt, exactly like
+    an exception from the handler. ``stack`` (where the handler thread was
+    at the deadline) stands in for the traceback, which does not exist: the
+    handler raised nothing.
+    """
+    fields = {
+        "job_id": str(job.id),
+        "job_type": job.type,
+        "queue": job.queue,
+        "attempt": job.attempt,
+        "worker_id": worker_id,
+    }
+    exc = JobTimeout(timeout)
+    tb = f"Handler thread at the deadline (most recent call last):\n{stack}" if stack else None
+    return _retry(
+        job, worker_id, policy, exc, time.perf_counter() - elapsed, fields, requested=None,
+        traceback_text=tb,
+    )  # fmt: skip
 
 
 def _requested_schedule(
@@ -211,9 +257,12 @@ def _retry(
     started: float,
     log_fields: dict[str, object],
     requested: timedelta | float | datetime | None,
+    traceback_text: str | None = None,
 ) -> Outcome:
     duration = time.perf_counter() - started
     message, path, tb = _describe(exc)
+    if traceback_text is not None:
+        tb = f"{traceback_text[-MAX_TRACEBACK_CHARS:]}{path}: {exc}"
     fields = {**log_fields, "duration": duration, "error": message}
     if job.attempt >= job.max_attempts:
         logger.error(

@@ -155,9 +155,13 @@ class Worker:
         # Jobs claimed and not yet recorded: id -> lease token.
         self._held: dict[uuid.UUID, uuid.UUID] = {}
         # Jobs whose handler is running: id -> job.
+        # Keyed by lease token (one per attempt), not job id: a job that failed
+        # at its time limit can be claimed again by this worker while the
+        # first attempt's thread still runs.
         self._running: dict[uuid.UUID, ClaimedJob] = {}
         # Jobs given back or reaped while their handler still runs: their
         # late outcome is dropped (and would be fenced out anyway).
+        # (Lease tokens, as the next set.)
         self._abandoned: set[uuid.UUID] = set()
         # Abandoned at their deadline: the watchdog recorded (and counted)
         # the failed attempt; the slot stays busy until the thread returns.
@@ -386,7 +390,7 @@ class Worker:
             for job in jobs:
                 # The one place a job starts running, as far as the worker counts.
                 self._held[job.id] = job.lease_token
-                self._running[job.id] = job
+                self._running[job.lease_token] = job
                 label = self._group_of(job).label
                 got[label] = got.get(label, 0) + 1
             grew = [
@@ -489,7 +493,7 @@ class Worker:
                 if not ran:
                     ran = True
                     outcome = self._execute(job)
-                self.watchdog.end(job.id)
+                self.watchdog.end(job)
                 return outcome
             except JobTimeout:
                 continue
@@ -509,13 +513,13 @@ class Worker:
     def _finished(self, job: ClaimedJob, outcome: Outcome | None, duration: float) -> None:
         with self._lock:
             # None when shutdown already gave the job back (and counted that).
-            was_running = self._running.pop(job.id, None) is not None
+            was_running = self._running.pop(job.lease_token, None) is not None
             if was_running:
                 self._group_of(job).finished()
-            timed_out = job.id in self._timed_out
-            self._timed_out.discard(job.id)
-            if job.id in self._abandoned:
-                self._abandoned.discard(job.id)
+            timed_out = job.lease_token in self._timed_out
+            self._timed_out.discard(job.lease_token)
+            if job.lease_token in self._abandoned:
+                self._abandoned.discard(job.lease_token)
                 drop = True
             else:
                 drop = outcome is None
@@ -577,17 +581,18 @@ class Worker:
                     outcome.job_id, outcome.kind, extra={"job_id": str(outcome.job_id)},
                 )  # fmt: skip
 
-    def _take_timed_out(self, job_id: uuid.UUID) -> bool:
-        """Watchdog: the job's attempt is past its deadline; take it from its handler.
+    def _take_timed_out(self, job: ClaimedJob) -> bool:
+        """Watchdog: the attempt is past its deadline; take it from its handler.
 
         False when the attempt is no longer this worker's to record (it
         finished, was released, or its lease was lost).
         """
         with self._lock:
-            if job_id not in self._running or job_id in self._abandoned:
+            attempt = job.lease_token
+            if attempt not in self._running or attempt in self._abandoned:
                 return False
-            self._abandoned.add(job_id)
-            self._timed_out.add(job_id)
+            self._abandoned.add(attempt)
+            self._timed_out.add(attempt)
             return True
 
     def _stuck(self, attempt: Attempt) -> None:
@@ -616,9 +621,9 @@ class Worker:
         self.watchdog.cancel(lost)
         with self._lock:
             for job_id in lost:
-                self._held.pop(job_id, None)
-                if job_id in self._running:
-                    self._abandoned.add(job_id)
+                token = self._held.pop(job_id, None)
+                if token in self._running:
+                    self._abandoned.add(token)
         for job_id in lost:
             logger.warning(
                 "Lease lost for job %s: it was reaped; this worker's outcome will not be "
@@ -649,8 +654,8 @@ class Worker:
         # No timeout after this point: what it would submit might not be written.
         self.watchdog.stop()
         with self._lock:
-            leftover = [j for j in self._running.values() if j.id not in self._timed_out]
-            self._abandoned.update(job.id for job in leftover)
+            leftover = [j for j in self._running.values() if j.lease_token not in self._timed_out]
+            self._abandoned.update(job.lease_token for job in leftover)
             # No longer in flight: the handler thread, if it ever returns,
             # finds the job gone and counts nothing.
             self._running.clear()
@@ -700,7 +705,7 @@ class Worker:
         """
         with self._lock:
             # Not the timed-out ones: their failed attempt is among the unwritten.
-            running = [j for j in self._running.values() if j.id not in self._timed_out]
+            running = [j for j in self._running.values() if j.lease_token not in self._timed_out]
         outcomes = self.completer.unwritten() + [release(j.id, j.lease_token) for j in running]
         if outcomes:
             try:

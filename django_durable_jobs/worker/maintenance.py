@@ -1,7 +1,10 @@
 """Heartbeats and the reaper, on a thread (and connection) of their own.
 
 Heartbeat: every ``lease / 3`` the worker pushes back the lease of every
-job it still holds, so a long job keeps its claim. Reaper: every worker
+job it still holds, so a long job keeps its claim; but not past the job's
+time limit: an attempt past its deadline whose timeout could not be
+recorded lets its lease run out, and the reaper takes it back, so the
+reaper and the time limit agree. Reaper: every worker
 periodically returns jobs whose lease expired (their worker died or hung)
 to ``pending`` with backoff, or to ``dead`` when out of attempts; an
 advisory lock in the statement lets one worker reap at a time. Pruning:
@@ -18,7 +21,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 from django.db import DatabaseError, connections
@@ -49,8 +52,12 @@ class Maintenance:
         backoff: tuple[float, float, float],
         history_limit: int,
         on_heartbeat: Callable[[], None] | None = None,
+        deadlines: Callable[[], Mapping[uuid.UUID, float]] | None = None,
     ) -> None:
         self._alias = alias
+        # Monotonic deadlines of the running attempts that have a time
+        # limit, by lease token (the held snapshot's values).
+        self._deadlines = deadlines
         # Each heartbeat also records the worker as alive (workers table).
         self._on_heartbeat = on_heartbeat
         #: Monotonic time of the last heartbeat that reached the database (/healthz).
@@ -124,6 +131,16 @@ class Maintenance:
     def _extend_leases(self) -> bool:
         """Push back the held jobs' leases; False when none is held (no query)."""
         held = self._held()
+        if held and self._deadlines is not None:
+            deadlines = self._deadlines()
+            now = time.monotonic()
+            # Past its deadline, an attempt's job is the watchdog's to fail;
+            # if that write never lands, the lease must expire for the reaper.
+            held = {
+                job_id: token
+                for job_id, token in held.items()
+                if token not in deadlines or now < deadlines[token]
+            }
         if not held:
             return False
         rows = db.execute(

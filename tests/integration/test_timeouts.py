@@ -1,0 +1,293 @@
+"""Time limits against the real PostgreSQL: enqueue, API, the worker's watchdog, fencing, leases."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from django_durable_jobs import IdempotencyConflict, InvalidJob, db, enqueue, enqueue_many
+from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.worker import Worker, WorkerConfig
+from django_durable_jobs.worker.claimed import ClaimedJob
+from django_durable_jobs.worker.executor import RetryPolicy, timed_out
+from django_durable_jobs.worker.loop import EXIT_OK, EXIT_RECYCLE
+from django_durable_jobs.worker.maintenance import Maintenance
+from django_durable_jobs.worker.outcomes import Outcome
+from tests.testapp.models import Execution
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+TIMEOUT_PATH = "django_durable_jobs.exceptions.JobTimeout"
+FAST = {"BACKOFF_BASE_SECONDS": 0.01, "BACKOFF_MAX_SECONDS": 0.05}
+
+
+@pytest.fixture
+def fast_backoff() -> Iterator[None]:
+    with override_settings(DURABLE_JOBS=FAST):
+        yield
+
+
+def config(**overrides: object) -> WorkerConfig:
+    values: dict[str, object] = {
+        "concurrency": 2,
+        "poll_interval": 0.05,
+        "lease_seconds": 5.0,
+        "grace_period": 5.0,
+        "install_signal_handlers": False,
+        "listen": False,
+        "schedules": False,
+        "worker_id": f"test-{uuid.uuid4().hex[:6]}",
+    }
+    values.update(overrides)
+    return WorkerConfig(**values)  # type: ignore[arg-type]
+
+
+class Running:
+    """A non-burst worker on a thread of this process."""
+
+    def __init__(self, **overrides: object) -> None:
+        self.worker = Worker(config(**overrides))
+        self.exit_code: int | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.exit_code = self.worker.run()
+
+    def stop(self, timeout: float = 30) -> int | None:
+        self.worker.stop()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the worker did not stop"
+        return self.exit_code
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def finished(job_id: uuid.UUID) -> Callable[[], bool]:
+    return lambda: Job.objects.get(pk=job_id).status in (JobStatus.COMPLETED, JobStatus.DEAD)
+
+
+def join_handler_threads(timeout: float) -> None:
+    """Let handler threads still sleeping past a test end before the database is flushed."""
+    for thread in threading.enumerate():
+        if thread.name.startswith("durable-jobs-handler"):
+            thread.join(timeout)
+
+
+# --- enqueue ---------------------------------------------------------------------
+
+
+def test_enqueue_stores_the_per_job_timeout() -> None:
+    job = enqueue("tests.spin", timeout=2.5).job
+    assert job.timeout == 2.5
+    assert Job.objects.get(pk=job.pk).timeout == 2.5
+    # The handler's timeout is not copied into the row: it applies when the job runs.
+    assert Job.objects.get(pk=enqueue("tests.spin").job.pk).timeout is None
+
+
+def test_enqueue_many_stores_timeouts_keyed_or_not() -> None:
+    unkeyed = enqueue_many([{"type": "tests.record", "timeout": 3}, {"type": "tests.record"}])
+    keyed = enqueue_many(
+        [
+            {"type": "tests.record", "idempotency_key": "tk-1", "timeout": timedelta(seconds=4)},
+            {"type": "tests.record", "idempotency_key": "tk-2"},
+        ]
+    )
+    stored = [Job.objects.get(pk=r.job.pk).timeout for r in unkeyed + keyed]
+    assert stored == [3.0, None, 4.0, None]
+    assert [r.job.timeout for r in unkeyed + keyed] == stored
+
+
+def test_a_replay_must_ask_for_the_same_timeout() -> None:
+    first = enqueue("tests.record", idempotency_key="tk-replay", timeout=5)
+    again = enqueue("tests.record", idempotency_key="tk-replay", timeout=5.0)
+    assert (again.job.pk, again.created) == (first.job.pk, False)
+    for other in (6, None):
+        with pytest.raises(IdempotencyConflict) as info:
+            enqueue("tests.record", idempotency_key="tk-replay", timeout=other)
+        assert info.value.differences == ["timeout"]
+    assert Job.objects.filter(idempotency_key="tk-replay").count() == 1
+
+
+def test_an_invalid_timeout_writes_nothing() -> None:
+    with pytest.raises(InvalidJob, match="timeout"):
+        enqueue("tests.record", timeout=0)
+    with pytest.raises(InvalidJob, match=r"jobs\[1\]\.timeout"):
+        enqueue_many([{"type": "tests.record"}, {"type": "tests.record", "timeout": "1"}])
+    assert not Job.objects.exists()
+
+
+# --- the worker --------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("fast_backoff")
+def test_a_cooperative_handler_times_out_is_retried_with_backoff_then_dead() -> None:
+    job = enqueue("tests.cooperative", timeout=0.3, max_attempts=3).job
+    running = Running()
+    try:
+        wait_for(finished(job.pk), 30, "the job to go dead")
+    finally:
+        assert running.stop() == EXIT_OK
+    job.refresh_from_db()
+    assert job.status == JobStatus.DEAD and job.attempts == 3
+    assert [e["exception"] for e in job.errors] == [TIMEOUT_PATH] * 3
+    assert [e["attempt"] for e in job.errors] == [1, 2, 3]
+    assert "time limit of 0.3 s" in job.last_error
+    assert Execution.objects.filter(job_id=job.pk).count() == 3
+    assert job.result is None
+
+
+@pytest.mark.usefixtures("fast_backoff")
+def test_a_spinning_handler_is_interrupted_and_its_thread_serves_the_next_job() -> None:
+    spinner = enqueue("tests.spin", max_attempts=1, priority=1).job  # the handler's timeout=1
+    started = time.monotonic()
+    running = Running(concurrency=1)
+    try:
+        wait_for(finished(spinner.pk), 30, "the spinner to go dead")
+        elapsed = time.monotonic() - started
+        after = enqueue("tests.record").job
+        wait_for(finished(after.pk), 30, "the next job on the same slot")
+    finally:
+        assert running.stop() == EXIT_OK
+    spinner.refresh_from_db()
+    assert spinner.status == JobStatus.DEAD
+    (entry,) = spinner.errors
+    assert entry["exception"] == TIMEOUT_PATH
+    assert "in spin" in entry["traceback"]  # where the handler was at the deadline
+    assert 1.0 <= elapsed < 20
+    assert Job.objects.get(pk=after.pk).status == JobStatus.COMPLETED
+    assert running.worker.watchdog.timed_out == 1
+
+
+@pytest.mark.usefixtures("fast_backoff")
+def test_the_late_outcome_of_a_timed_out_attempt_is_dropped() -> None:
+    # Each attempt sleeps 1.2 s under a 0.3 s limit: attempt 1 fails at 0.3 s and
+    # is retried on the other slot while its thread still sleeps; when that
+    # thread returns "completed", the job is already on attempt 2 (or dead).
+    job = enqueue("tests.sleep_in_c", {"sleep": 1.2}, timeout=0.3, max_attempts=2).job
+    running = Running(concurrency=2)
+    try:
+        wait_for(finished(job.pk), 30, "the job to go dead")
+        wait_for(lambda: not running.worker._running, 10, "the sleeping threads to return")
+        time.sleep(0.3)  # let any (wrong) late outcome reach the database
+    finally:
+        assert running.stop() == EXIT_OK
+    job.refresh_from_db()
+    assert job.status == JobStatus.DEAD
+    assert job.result is None and job.completed_at is not None
+    assert [e["exception"] for e in job.errors] == [TIMEOUT_PATH] * 2
+    assert Execution.objects.filter(job_id=job.pk).count() == 2
+
+
+@pytest.mark.usefixtures("fast_backoff")
+def test_a_thread_stuck_in_c_recycles_the_worker_after_its_other_jobs() -> None:
+    stuck = enqueue("tests.sleep_in_c", {"sleep": 6}, timeout=0.3, max_attempts=2, priority=5).job
+    other = enqueue("tests.record", {"sleep": 2}, priority=4).job
+    with override_settings(DURABLE_JOBS={**FAST, "TIMEOUT_GRACE_SECONDS": 0.5}):
+        running = Running(concurrency=2)
+    started = time.monotonic()
+    try:
+        running.thread.join(30)
+        elapsed = time.monotonic() - started
+        assert not running.thread.is_alive(), "the worker did not recycle"
+        assert running.exit_code == EXIT_RECYCLE
+        # It waited for the other job, and did not wait for the stuck thread.
+        assert elapsed < 6
+        other_job = Job.objects.get(pk=other.pk)
+        assert other_job.status == JobStatus.COMPLETED
+        stuck_job = Job.objects.get(pk=stuck.pk)
+        # Failed once at its deadline and retried; the recycling worker claimed nothing more.
+        assert stuck_job.status == JobStatus.PENDING
+        assert stuck_job.attempts == 1 and stuck_job.lease_token is None
+        assert [e["exception"] for e in stuck_job.errors] == [TIMEOUT_PATH]
+        assert "in sleep_in_c" in stuck_job.errors[0]["traceback"]
+        assert Execution.objects.filter(job_id=other.pk).count() == 1
+    finally:
+        if running.thread.is_alive():
+            running.stop()
+        join_handler_threads(10)
+    # The stuck thread's late "completed" never reached the job.
+    assert Job.objects.get(pk=stuck.pk).status == JobStatus.PENDING
+
+
+# --- fencing and leases --------------------------------------------------------------
+
+
+def claim_one(worker_id: str = "w-fence", lease: float = 30.0) -> ClaimedJob:
+    (row,) = db.execute(
+        "default", "claim_jobs", {"limit": 1, "worker_id": worker_id, "lease_seconds": lease}
+    )
+    return ClaimedJob(*row)
+
+
+def finish(outcome: Outcome) -> set[uuid.UUID]:
+    rows = db.execute(
+        "default",
+        "finish_jobs",
+        {"outcomes": "[" + outcome.json_row() + "]", "history_limit": 20},
+    )
+    return {row[0] for row in rows}
+
+
+def test_a_late_outcome_is_fenced_out_by_the_lease_token() -> None:
+    job = enqueue("tests.record", max_attempts=3).job
+    first = claim_one()
+    policy = RetryPolicy(base=0.0001, cap=0.0001, jitter=0.0)
+    assert finish(timed_out(first, "w-fence", policy, 0.5, 0.5)) == {job.pk}
+    time.sleep(0.01)
+    second = claim_one()  # the retry, claimed again (a new lease token)
+    # The first attempt's handler returns at last, "completed": it matches no row.
+    late = Outcome(first.id, first.lease_token, JobStatus.COMPLETED, result_json='{"late":1}')
+    assert finish(late) == set()
+    row = Job.objects.get(pk=job.pk)
+    assert row.status == JobStatus.RUNNING and row.attempts == 2
+    assert row.lease_token == second.lease_token and row.result is None
+    assert [e["exception"] for e in row.errors] == [TIMEOUT_PATH]
+
+
+def lease_expiry(job_id: uuid.UUID) -> Any:
+    return Job.objects.values_list("lease_expires_at", flat=True).get(pk=job_id)
+
+
+def test_heartbeats_stop_extending_a_lease_past_the_deadline() -> None:
+    within = enqueue("tests.record", priority=2).job
+    past = enqueue("tests.record", priority=1).job
+    a, b = claim_one(lease=1.0), claim_one(lease=1.0)
+    assert (a.id, b.id) == (within.pk, past.pk)
+    now = time.monotonic()
+    deadlines = {a.lease_token: now + 60, b.lease_token: now - 0.01}
+    lost: list[set[uuid.UUID]] = []
+    maintenance = Maintenance(
+        "default",
+        "w-fence",
+        30.0,
+        lambda: {a.id: a.lease_token, b.id: b.lease_token},
+        lost.append,
+        (1.0, 1.0, 0.0),
+        20,
+        deadlines=lambda: deadlines,
+    )
+    before = {a.id: lease_expiry(a.id), b.id: lease_expiry(b.id)}
+    maintenance.heartbeat()
+    assert lease_expiry(a.id) > before[a.id] + timedelta(seconds=20)
+    assert lease_expiry(b.id) == before[b.id]
+    assert lost == []  # not extended on purpose: not reported as lost
+    # So the reaper and the time limit agree: once it expires, it is reaped.
+    time.sleep(1.1)
+    assert maintenance.reap() == 1
+    reaped = Job.objects.get(pk=past.pk)
+    assert reaped.status == JobStatus.PENDING and reaped.lease_token is None
+    assert Job.objects.get(pk=within.pk).status == JobStatus.RUNNING

@@ -1,0 +1,391 @@
+"""Time limits without a database: validation, the context, the watchdog's thread handling."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+import uuid
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+import django_durable_jobs
+from django_durable_jobs import InvalidJob, JobContext, JobTimeout, job
+from django_durable_jobs.conf import jobs_settings
+from django_durable_jobs.context import CancelFlag
+from django_durable_jobs.registry import registry
+from django_durable_jobs.validation import build_spec, validate_timeout
+from django_durable_jobs.worker.claimed import ClaimedJob
+from django_durable_jobs.worker.executor import RetryPolicy, execute, timed_out
+from django_durable_jobs.worker.outcomes import Outcome
+from django_durable_jobs.worker.timeouts import (
+    ENDED,
+    INTERRUPTED,
+    Watchdog,
+    effective_timeout,
+    interrupt_thread,
+)
+
+POLICY = RetryPolicy(base=1.0, cap=10.0, jitter=0.0)
+
+
+def claimed(timeout: float | None = None, type: str = "unit.t", attempt: int = 1) -> ClaimedJob:
+    now = datetime.now(dt_timezone.utc)
+    return ClaimedJob(
+        uuid.uuid4(), type, "default", {}, attempt, 3, uuid.uuid4(), now, now, None, timeout
+    )
+
+
+def context(**kwargs: Any) -> JobContext:
+    values: dict[str, Any] = {
+        "id": uuid.uuid4(),
+        "type": "t",
+        "queue": "default",
+        "payload": {},
+        "attempt": 1,
+        "max_attempts": 5,
+    }
+    values.update(kwargs)
+    return JobContext(**values)
+
+
+# --- validation ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0.5, 1, 30, timedelta(minutes=2)])
+def test_valid_timeouts(value: Any) -> None:
+    expected = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    assert validate_timeout(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, "more than 0"),
+        (-1, "more than 0"),
+        (timedelta(0), "more than 0"),
+        (math.inf, "finite"),
+        (math.nan, "finite"),
+        (1e12, "at most"),
+        ("30", "number of seconds"),
+        (True, "number of seconds"),
+        (None, "number of seconds"),
+    ],
+)
+def test_invalid_timeouts_name_the_field(value: Any, message: str) -> None:
+    with pytest.raises(InvalidJob, match=message) as info:
+        validate_timeout(value)
+    assert info.value.field == "timeout"
+
+
+def test_build_spec_keeps_only_an_explicit_timeout() -> None:
+    # The handler's timeout is applied by the worker when the job runs, not stored.
+    assert build_spec("tests.spin").timeout is None
+    assert build_spec("tests.spin", timeout=2).timeout == 2.0
+    with pytest.raises(InvalidJob, match="timeout"):
+        build_spec("tests.spin", timeout=-3)
+
+
+def test_job_decorator_validates_timeout() -> None:
+    with pytest.raises(InvalidJob, match="timeout: must be more than 0"):
+        job("unit.bad_timeout", timeout=0)
+    with pytest.raises(InvalidJob, match="timeout: must be a number of seconds"):
+        job("unit.bad_timeout", timeout="5")  # type: ignore[arg-type]
+    assert "unit.bad_timeout" not in registry
+
+
+def test_job_decorator_stores_timeout() -> None:
+    @job("unit.timeboxed", timeout=timedelta(seconds=90))
+    def timeboxed(ctx: JobContext) -> None:
+        pass
+
+    try:
+        handler = registry.get("unit.timeboxed")
+        assert handler is not None
+        assert handler.timeout == 90.0
+    finally:
+        registry.unregister("unit.timeboxed")
+
+
+def test_settings_default_to_no_limit_and_are_checked() -> None:
+    assert jobs_settings.TIMEOUT_SECONDS is None
+    assert jobs_settings.API_MAX_TIMEOUT_SECONDS == 3600.0
+    with (
+        override_settings(DURABLE_JOBS={"TIMEOUT_SECONDS": 0}),
+        pytest.raises(ImproperlyConfigured, match="TIMEOUT_SECONDS"),
+    ):
+        _ = jobs_settings.TIMEOUT_SECONDS
+
+
+def test_job_timeout_is_exported_and_carries_the_limit() -> None:
+    assert django_durable_jobs.JobTimeout is JobTimeout
+    assert isinstance(JobTimeout(2), django_durable_jobs.DurableJobsError)
+    assert JobTimeout(2.5).timeout == 2.5
+    assert "2.5 s" in str(JobTimeout(2.5))
+    assert JobTimeout().timeout is None  # the asynchronous interrupt passes no argument
+
+
+# --- the effective limit ---------------------------------------------------------
+
+
+def test_effective_timeout_prefers_the_job_then_the_handler_then_the_setting() -> None:
+    assert effective_timeout(1.0, 2.0, 3.0) == 1.0
+    assert effective_timeout(None, 2.0, 3.0) == 2.0
+    assert effective_timeout(None, None, 3) == 3.0
+    assert effective_timeout(None, None, None) is None
+
+
+def test_the_handlers_timeout_reaches_the_context() -> None:
+    # tests.spin declares timeout=1; a job's own timeout overrides it.
+    seen: list[JobContext] = []
+    jobs = [claimed(type="unit.sees_context"), claimed(timeout=0.5, type="unit.sees_context")]
+    watchdog = make_watchdog()
+
+    @job("unit.sees_context", timeout=7)
+    def sees_context(ctx: JobContext) -> None:
+        seen.append(ctx)
+
+    try:
+        execute(jobs[0], "w", POLICY, watchdog)
+        watchdog.end(jobs[0])
+        execute(jobs[1], "w", POLICY, watchdog)
+        watchdog.end(jobs[1])
+    finally:
+        registry.unregister("unit.sees_context")
+    assert [ctx.timeout for ctx in seen] == [7.0, 0.5]
+    ctx = seen[0]
+    assert ctx.deadline is not None and ctx.deadline.tzinfo is not None
+    left = (ctx.deadline - datetime.now(dt_timezone.utc)).total_seconds()
+    assert 0 < left <= 7
+
+
+# --- the context -----------------------------------------------------------------
+
+
+def test_a_context_without_a_limit_is_never_cancelled_by_time() -> None:
+    ctx = context()
+    assert ctx.deadline is None and ctx.timeout is None and ctx.remaining is None
+    assert ctx.cancelled is False
+    ctx.check()
+
+
+def test_the_context_is_cancelled_past_its_deadline() -> None:
+    ctx = context(timeout=0.05, _deadline_monotonic=time.monotonic() + 0.05)
+    assert not ctx.cancelled
+    assert ctx.remaining is not None and 0 < ctx.remaining <= 0.05
+    time.sleep(0.06)
+    assert ctx.cancelled
+    assert ctx.remaining == 0.0
+    with pytest.raises(JobTimeout, match=r"0\.05 s"):
+        ctx.check()
+
+
+def test_the_context_is_cancelled_when_the_worker_gives_up() -> None:
+    flag = CancelFlag()
+    ctx = context(_cancel=flag, _deadline_monotonic=time.monotonic() + 60)
+    assert not ctx.cancelled
+    flag.set()
+    assert ctx.cancelled
+    with pytest.raises(JobTimeout):
+        ctx.check()
+
+
+def test_the_private_fields_stay_out_of_equality_and_repr() -> None:
+    job_id = uuid.uuid4()
+    a = context(id=job_id, _cancel=CancelFlag())
+    b = context(id=job_id)
+    assert a == b
+    assert "_cancel" not in repr(a)
+
+
+# --- the failed attempt ----------------------------------------------------------
+
+
+def test_timed_out_is_a_failed_attempt_with_a_job_timeout_error() -> None:
+    job = claimed(timeout=2)
+    outcome = timed_out(job, "w1", POLICY, 2.0, 2.1, stack='  File "x.py", line 1, in spin\n')
+    assert outcome.status == "pending" and outcome.kind == "failed"
+    assert outcome.delay_us is not None and outcome.delay_us > 0
+    entry = json.loads(outcome.error_entry_json)
+    assert entry["exception"] == "django_durable_jobs.exceptions.JobTimeout"
+    assert entry["error"].endswith("ran past its time limit of 2 s")
+    assert "in spin" in entry["traceback"]
+    assert entry["attempt"] == 1 and entry["worker"] == "w1"
+
+
+def test_timed_out_on_the_last_attempt_is_dead() -> None:
+    outcome = timed_out(claimed(attempt=3), "w1", POLICY, 1.0, 1.0)
+    assert outcome.status == "dead" and outcome.kind == "dead"
+    assert "JobTimeout" in (outcome.last_error or "")
+
+
+# --- the watchdog ----------------------------------------------------------------
+
+
+class Recorder:
+    def __init__(self, owned: bool = True) -> None:
+        self.owned = owned
+        self.taken: list[uuid.UUID] = []
+        self.submitted: list[Outcome] = []
+        self.stuck: list[uuid.UUID] = []
+        self.stuck_event = threading.Event()
+
+    def take(self, job: ClaimedJob) -> bool:
+        self.taken.append(job.id)
+        return self.owned
+
+    def submit(self, outcome: Outcome) -> None:
+        self.submitted.append(outcome)
+
+    def on_stuck(self, attempt: Any) -> None:
+        self.stuck.append(attempt.job.id)
+        self.stuck_event.set()
+
+
+def make_watchdog(recorder: Recorder | None = None, grace: float = 0.3, **kw: Any) -> Watchdog:
+    recorder = recorder or Recorder()
+    return Watchdog(
+        worker_id="w1",
+        policy=POLICY,
+        default_timeout=None,
+        grace=grace,
+        take=recorder.take,
+        submit=recorder.submit,
+        on_stuck=recorder.on_stuck,
+        **kw,
+    )
+
+
+def run_in_thread(watchdog: Watchdog, job: ClaimedJob, body: Any) -> dict[str, Any]:
+    """Run ``body(ctx_cancelled)`` as a handler thread would: begin, body, end."""
+    state: dict[str, Any] = {"done": threading.Event()}
+
+    def target() -> None:
+        attempt = watchdog.begin(job, None)
+        state["attempt"] = attempt
+        try:
+            state["result"] = body(attempt)
+        except JobTimeout as exc:
+            state["raised"] = exc
+        finally:
+            watchdog.end(job)
+            state["done"].set()
+
+    state["thread"] = threading.Thread(target=target, daemon=True)
+    state["thread"].start()
+    return state
+
+
+def spin_forever(attempt: Any) -> int:
+    count = 0
+    while True:
+        count += 1
+
+
+def test_a_python_spinner_is_failed_then_interrupted_and_not_reported_stuck() -> None:
+    recorder = Recorder()
+    watchdog = make_watchdog(recorder)
+    watchdog.start()
+    try:
+        job = claimed(timeout=0.2)
+        started = time.monotonic()
+        state = run_in_thread(watchdog, job, spin_forever)
+        assert state["done"].wait(10), "the spinning thread was not interrupted"
+        assert 0.2 <= time.monotonic() - started < 5
+        assert isinstance(state["raised"], JobTimeout)
+        assert state["attempt"].state == ENDED
+        assert state["attempt"].cancel.is_set()
+        assert recorder.taken == [job.id]
+        (outcome,) = recorder.submitted
+        assert outcome.kind == "failed" and outcome.job_id == job.id
+        assert "spin_forever" in json.loads(outcome.error_entry_json)["traceback"]
+        time.sleep(0.5)  # past the grace: a thread that returned is not stuck
+        assert recorder.stuck == []
+        assert watchdog.deadlines() == {}
+    finally:
+        watchdog.stop()
+
+
+def test_a_thread_blocked_in_c_is_reported_stuck_after_the_grace() -> None:
+    recorder = Recorder()
+    watchdog = make_watchdog(recorder, grace=0.3)
+    watchdog.start()
+    try:
+        job = claimed(timeout=0.1)
+        state = run_in_thread(watchdog, job, lambda attempt: time.sleep(1.5))
+        assert recorder.stuck_event.wait(5), "the blocked thread was not reported"
+        assert recorder.stuck == [job.id]
+        assert not state["done"].is_set()
+        assert [a.job.id for a in watchdog.stuck()] == [job.id]
+        assert len(recorder.submitted) == 1  # the attempt failed at the deadline, once
+        # When time.sleep returns, the pending interrupt is delivered (in the
+        # body, or absorbed by end()) and the thread goes on.
+        assert state["done"].wait(5)
+        assert "result" not in state
+        assert watchdog.stuck() == []
+    finally:
+        watchdog.stop()
+
+
+def test_an_attempt_the_worker_no_longer_owns_is_interrupted_but_not_recorded() -> None:
+    recorder = Recorder(owned=False)  # say, its lease was lost
+    watchdog = make_watchdog(recorder)
+    watchdog.start()
+    try:
+        state = run_in_thread(watchdog, claimed(timeout=0.1), spin_forever)
+        assert state["done"].wait(10)
+        assert recorder.submitted == []
+        assert isinstance(state["raised"], JobTimeout)
+    finally:
+        watchdog.stop()
+
+
+def test_a_handler_that_returns_in_time_is_left_alone() -> None:
+    recorder = Recorder()
+    watchdog = make_watchdog(recorder)
+    watchdog.start()
+    try:
+        state = run_in_thread(watchdog, claimed(timeout=2), lambda attempt: "ok")
+        assert state["done"].wait(5)
+        assert state["result"] == "ok"
+        time.sleep(0.1)
+        assert recorder.taken == [] and recorder.submitted == []
+    finally:
+        watchdog.stop()
+
+
+def test_end_clears_an_interrupt_sent_but_not_yet_delivered() -> None:
+    calls: list[tuple[int, Any]] = []
+
+    def fake_interrupt(thread_id: int, exc: Any) -> int:
+        calls.append((thread_id, exc))
+        return 1
+
+    watchdog = make_watchdog(interrupt=fake_interrupt)
+    job = claimed(timeout=60)
+    attempt = watchdog.begin(job, None)
+    attempt.state = INTERRUPTED  # as if the watchdog had just sent it
+    watchdog.end(job)
+    assert calls == [(threading.get_ident(), None)]
+    assert attempt.state == ENDED
+    assert watchdog.deadlines() == {}
+
+
+def test_cancel_sets_the_flag_of_running_attempts() -> None:
+    watchdog = make_watchdog()
+    job = claimed()
+    attempt = watchdog.begin(job, None)
+    assert attempt.deadline is None and not attempt.cancel.is_set()
+    watchdog.cancel({job.id, uuid.uuid4()})
+    assert attempt.cancel.is_set()
+    watchdog.end(job)
+
+
+def test_interrupt_thread_reaches_only_the_given_thread() -> None:
+    assert interrupt_thread(0, None) == 0  # no such thread: nothing happens
