@@ -33,6 +33,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Max, Min, Q, QuerySet
 from django.db.models.functions import Left
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -42,9 +43,11 @@ from django.utils.translation import ngettext
 
 from . import operations
 from .conf import jobs_settings
-from .models import DeadJob, Job, WorkerProcess
+from .models import DeadJob, Job, ScheduleState, WorkerProcess
 from .operations import BulkResult
 from .registry import registry
+from .schedule_overview import effective_queue
+from .schedules import Schedule, find_schedule
 
 #: Characters of ``last_error`` the list reads per row (not whole tracebacks).
 ERROR_HEAD_CHARS = 200
@@ -520,6 +523,86 @@ class WorkerProcessAdmin(admin.ModelAdmin):
         # The rule /api/health counts by: a heartbeat younger than the lease.
         age = (timezone.now() - obj.last_heartbeat).total_seconds()
         return age < obj.lease_seconds
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(ScheduleState)
+class ScheduleStateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Periodic jobs: each schedule's declaration next to its last and next tick; read-only.
+
+    Schedules are declared in code and settings, not here; a row appears
+    once a worker has seen the schedule (``manage.py jobs schedules`` also
+    lists those no worker has seen yet).
+    """
+
+    list_display = ("name", "job_type", "timing_now", "zone", "queue", "missed", "enabled",
+                    "last_tick", "last_job", "next_tick")  # fmt: skip
+    search_fields = ("name",)
+    readonly_fields = (
+        *("name", "job_type", "timing_now", "zone", "queue", "missed", "enabled"),
+        *("first_seen", "last_tick", "last_job", "last_enqueued_at", "next_tick"),
+    )
+    fields = readonly_fields
+
+    def _declared(self, obj: ScheduleState) -> Schedule | None:
+        # Cached on the row: several columns read it.
+        if not hasattr(obj, "_declared_schedule"):
+            obj._declared_schedule = find_schedule(obj.name)  # type: ignore[attr-defined]
+        return obj._declared_schedule  # type: ignore[attr-defined,no-any-return]
+
+    @admin.display(description=_("job type"))
+    def job_type(self, obj: ScheduleState) -> str:
+        schedule = self._declared(obj)
+        return _("(no longer declared)") if schedule is None else schedule.type
+
+    @admin.display(description=_("timing"))
+    def timing_now(self, obj: ScheduleState) -> str:
+        schedule = self._declared(obj)
+        return obj.timing if schedule is None else schedule.timing
+
+    @admin.display(description=_("time zone"))
+    def zone(self, obj: ScheduleState) -> str:
+        schedule = self._declared(obj)
+        if schedule is None:
+            return "-"
+        return str(schedule.zone()) if schedule.cron is not None else "UTC"
+
+    @admin.display(description=_("queue"))
+    def queue(self, obj: ScheduleState) -> str:
+        schedule = self._declared(obj)
+        return "-" if schedule is None else effective_queue(schedule)
+
+    @admin.display(description=_("missed ticks"))
+    def missed(self, obj: ScheduleState) -> str:
+        schedule = self._declared(obj)
+        return "-" if schedule is None else schedule.missed
+
+    @admin.display(description=_("enabled"), boolean=True)
+    def enabled(self, obj: ScheduleState) -> bool:
+        schedule = self._declared(obj)
+        return schedule is not None and schedule.enabled
+
+    @admin.display(description=_("last job"))
+    def last_job(self, obj: ScheduleState) -> str:
+        if obj.last_job_id is None:
+            return "-"
+        url = reverse("admin:durable_jobs_job_change", args=[obj.last_job_id])
+        return format_html('<a href="{}">{}</a>', url, obj.last_job_id)
+
+    @admin.display(description=_("next tick"))
+    def next_tick(self, obj: ScheduleState) -> Any:
+        schedule = self._declared(obj)
+        if schedule is None or not schedule.enabled:
+            return "-"
+        return schedule.next_tick(timezone.now())
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -91,3 +91,38 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 )
             )
     return errors
+
+
+E006 = "Schedule {name!r} enqueues job type {type!r}, but no handler is registered for it."
+E006_HINT = (
+    "Declare the handler with @job({type!r}) in an installed app's jobs module, or fix the "
+    "schedule's 'type'. If the handler runs in another codebase, silence durable_jobs.E006."
+)
+E007_HINT = "See docs/guides/periodic-jobs.md for the schedule options."
+
+
+@checks.register(checks.Tags.compatibility)
+def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E006/E007: every declared schedule is valid and has a handler to run its jobs."""
+    from .registry import registry
+    from .schedules import load_schedules
+
+    user = getattr(settings, SETTINGS_NAME, None)
+    if user is not None and not isinstance(user, Mapping):
+        return []  # E004 reports it.
+    if user and "SCHEDULES" in user and not SETTINGS["SCHEDULES"].is_valid(user["SCHEDULES"]):
+        return []  # E003 reports it; the entries cannot be read.
+    schedules, invalid = load_schedules()
+    errors: list[checks.CheckMessage] = [
+        checks.Error(str(error), hint=E007_HINT, id="durable_jobs.E007") for error in invalid
+    ]
+    for schedule in schedules:
+        if schedule.type not in registry:
+            errors.append(
+                checks.Error(
+                    E006.format(name=schedule.name, type=schedule.type),
+                    hint=E006_HINT.format(type=schedule.type),
+                    id="durable_jobs.E006",
+                )
+            )
+    return errors

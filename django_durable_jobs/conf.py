@@ -126,6 +126,14 @@ def _retention(value: Any) -> bool:
     return True
 
 
+def _schedules(value: Any) -> bool:
+    # The shape only: each entry's contents are checked by durable_jobs.E007,
+    # which names the schedule and the problem.
+    return isinstance(value, Mapping) and all(
+        isinstance(name, str) and isinstance(entry, Mapping) for name, entry in value.items()
+    )
+
+
 @dataclass(frozen=True)
 class Setting:
     default: Any
@@ -185,14 +193,6 @@ SETTINGS: dict[str, Setting] = {
         "a number >= 0",
         "How long in-flight jobs may finish after the first SIGTERM/SIGINT.",
     ),
-    "POLL_INTERVAL_SECONDS": Setting(
-        2.0,
-        _positive_number,
-        "a number > 0",
-        "Fallback poll when no notification arrives.",
-    ),
-    "ERROR_HISTORY_LIMIT": Setting(
-        20,
     "TIMEOUT_SECONDS": Setting(
         None,
         _time_limit_or_none,
@@ -206,6 +206,14 @@ SETTINGS: dict[str, Setting] = {
         "How long a handler thread interrupted at its deadline may take to return before the "
         "worker recycles itself (exit code 3).",
     ),
+    "POLL_INTERVAL_SECONDS": Setting(
+        2.0,
+        _positive_number,
+        "a number > 0",
+        "Fallback poll when no notification arrives.",
+    ),
+    "ERROR_HISTORY_LIMIT": Setting(
+        20,
         _positive_int,
         "an integer >= 1",
         "How many failures a job keeps in its errors history (oldest dropped first).",
@@ -234,6 +242,12 @@ SETTINGS: dict[str, Setting] = {
         "a non-empty list or tuple of dotted import paths of DRF permission classes",
         "DRF permission classes that guard every REST endpoint but health (all must allow).",
     ),
+    "API_MAX_TIMEOUT_SECONDS": Setting(
+        3600.0,
+        _time_limit,
+        f"a number of seconds > 0 and <= {MAX_DELAY_SECONDS}",
+        "Largest per-job timeout a POST /api/jobs may ask for (400 above it).",
+    ),
     "API_PAGE_SIZE": Setting(
         50,
         _page_size,
@@ -242,17 +256,18 @@ SETTINGS: dict[str, Setting] = {
         f"{API_MAX_PAGE_SIZE}).",
     ),
     "RETENTION": Setting(
-    "API_MAX_TIMEOUT_SECONDS": Setting(
-        3600.0,
-        _time_limit,
-        f"a number of seconds > 0 and <= {MAX_DELAY_SECONDS}",
-        "Largest per-job timeout a POST /api/jobs may ask for (400 above it).",
-    ),
         {"completed": "7d", "cancelled": "7d", "dead": "30d"},
         _retention,
         "None, or a dict mapping 'completed', 'cancelled' and 'dead' to a duration "
         "such as '7d' (or None to keep that status forever)",
         "How long workers keep finished jobs before pruning them; None turns pruning off.",
+    ),
+    "SCHEDULES": Setting(
+        {},
+        _schedules,
+        "a dict mapping schedule names to dicts such as "
+        "{'type': 'reports.build', 'cron': '0 3 * * *'}",
+        "Periodic jobs declared in settings (docs/guides/periodic-jobs.md); checked by E007.",
     ),
 }
 

@@ -246,3 +246,36 @@ class WorkerProcess(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class ScheduleState(models.Model):
+    """What the workers know of one schedule: when it was first seen, its last tick.
+
+    The schedules themselves are declared in code (``@job(schedule=...)``,
+    ``DURABLE_JOBS["SCHEDULES"]``); this row is their memory. It outlives
+    the jobs it points to, which retention prunes: ``last_tick`` is what
+    stops a pruned tick from being enqueued a second time, and
+    ``first_seen`` what stops a brand-new schedule from "catching up" on
+    a tick from before it existed.
+    """
+
+    name = models.CharField(_("name"), max_length=TYPE_MAX_LENGTH, primary_key=True)
+    timing = models.TextField(
+        _("timing"),
+        help_text=_("The schedule's timing when first seen; a change resets first_seen."),
+    )
+    first_seen = models.DateTimeField(_("first seen"))
+    last_tick = models.DateTimeField(_("last tick"), null=True, blank=True)
+    # Not a foreign key: the job is pruned long before this row goes.
+    last_job_id = models.UUIDField(_("last job id"), null=True, blank=True)
+    last_enqueued_at = models.DateTimeField(_("last enqueued at"), null=True, blank=True)
+    updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
+
+    class Meta:
+        db_table = "durable_jobs_schedule"
+        ordering = ["name"]
+        verbose_name = _("schedule")
+        verbose_name_plural = _("schedules")
+
+    def __str__(self) -> str:
+        return self.name

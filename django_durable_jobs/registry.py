@@ -10,13 +10,16 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar, overload
 
 from .exceptions import HandlerAlreadyRegistered
+from .schedules import Schedule, schedule_for_job
 from .validation import (
     validate_max_attempts,
     validate_priority,
     validate_queue,
+    validate_timeout,
     validate_type,
 )
 
@@ -32,6 +35,10 @@ class Handler:
     queue: str | None = None
     priority: int | None = None
     max_attempts: int | None = None
+    #: Seconds one attempt may run; None: ``DURABLE_JOBS["TIMEOUT_SECONDS"]``.
+    timeout: float | None = None
+    #: Enqueued periodically by the workers (docs/guides/periodic-jobs.md).
+    schedule: Schedule | None = None
 
     @property
     def location(self) -> str:
@@ -96,6 +103,8 @@ def job(
     queue: str | None = None,
     priority: int | None = None,
     max_attempts: int | None = None,
+    timeout: float | timedelta | None = None,
+    schedule: str | timedelta | float | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -106,6 +115,8 @@ def job(
     queue: str | None = None,
     priority: int | None = None,
     max_attempts: int | None = None,
+    timeout: float | timedelta | None = None,
+    schedule: str | timedelta | float | None = None,
 ) -> Any:
     """Register a handler for jobs of type ``name``.
 
@@ -113,6 +124,12 @@ def job(
     ``@job`` names the type ``module.function``. The options are the
     defaults for jobs of this type: ``enqueue`` arguments override them.
     The function is returned unchanged and stays callable directly.
+    ``timeout`` (seconds or a ``timedelta``) limits each attempt: at the
+    deadline the attempt fails with ``JobTimeout`` (docs/guides/time-limits.md);
+    a job's own ``enqueue(timeout=...)`` overrides it.
+    ``schedule`` makes the workers enqueue a job of this type on a cron
+    expression (``"*/5 * * * *"``) or every ``timedelta``/number of seconds,
+    one job per tick across all workers (docs/guides/periodic-jobs.md).
     """
     if callable(name):
         return job()(name)
@@ -124,13 +141,23 @@ def job(
         validate_priority(priority)
     if max_attempts is not None:
         validate_max_attempts(max_attempts)
+    limit = None if timeout is None else validate_timeout(timeout)
 
     def decorator(func: F) -> F:
         if not callable(func):
             raise TypeError(f"@job must decorate a callable, not {func!r}")
         type_name = name if name is not None else f"{func.__module__}.{func.__qualname__}"
+        periodic = None if schedule is None else schedule_for_job(type_name, schedule)
         registry.register(
-            Handler(type_name, func, queue=queue, priority=priority, max_attempts=max_attempts)
+            Handler(
+                type_name,
+                func,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                timeout=limit,
+                schedule=periodic,
+            )
         )
         return func
 

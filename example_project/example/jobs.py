@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 from django_durable_jobs import JobContext, job
+from django_durable_jobs.schedules import tick_from_key
 
 
 @job("example.noop")
@@ -44,3 +46,13 @@ def flaky(ctx: JobContext) -> dict[str, int]:
     if ctx.attempt < succeed_on:
         raise ExampleFailure(f"flaky: attempt {ctx.attempt} < {succeed_on}")
     return {"succeeded_on_attempt": ctx.attempt}
+
+
+# Periodic: every 2 seconds, but only when EXAMPLE_SCHEDULES=1, so that the
+# demo and the tests do not fill the table with ticks unless asked to. The
+# handler itself is always registered: any worker can run a tick's job.
+@job("example.tick", schedule=2 if os.environ.get("EXAMPLE_SCHEDULES") == "1" else None)
+def tick(ctx: JobContext) -> dict[str, str | None]:
+    """Returns the tick it was enqueued for (the scheduler's idempotency key tells)."""
+    scheduled = tick_from_key(ctx.idempotency_key)
+    return {"tick": None if scheduled is None else scheduled.isoformat()}

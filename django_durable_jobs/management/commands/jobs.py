@@ -99,7 +99,7 @@ def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> str:
 
 
 class Command(BaseCommand):
-    help = "Inspect and manage durable jobs: stats, list, show, requeue, cancel, prune."
+    help = "Inspect and manage durable jobs: stats, list, show, requeue, cancel, prune, schedules."
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
@@ -153,6 +153,8 @@ class Command(BaseCommand):
             help="Rows deleted per transaction, at most "
             f"{pruning.MAX_BATCH_SIZE} (default: %(default)s).",
         )
+
+        add("schedules", "List the periodic jobs' schedules with their last and next tick.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         handler = getattr(self, "handle_" + options["subcommand"])
@@ -315,6 +317,48 @@ class Command(BaseCommand):
             f"{data['older_than']} ago) in {batches} batch(es)."
         )
         return data, text
+
+    def handle_schedules(self, options: dict[str, Any]) -> tuple[Any, str]:
+        from ...schedule_overview import schedule_overview
+
+        rows = schedule_overview()
+        if not rows:
+            return rows, "No schedules declared."
+
+        def when(value: Any) -> str:
+            return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+        def last_job(row: dict[str, Any]) -> str:
+            if row["last_job_id"] is None:
+                return "-"
+            return f"{row['last_job_id']} ({row['last_job_status']})"
+
+        text = table(
+            (
+                [
+                    row["name"] + ("" if row["enabled"] else " (disabled)"),
+                    row["type"] + ("" if row["handler_registered"] else " (no handler!)"),
+                    row["timing"],
+                    row["timezone"],
+                    row["queue"],
+                    row["missed"],
+                    when(row["last_tick"]),
+                    last_job(row),
+                    when(row["next_tick"]),
+                ]
+                for row in rows
+            ),
+            ("name", "type", "timing", "timezone", "queue", "missed", "last tick", "last job",
+             "next tick"),
+        )  # fmt: skip
+        data = [
+            {**row, **{k: _iso(row[k]) for k in ("first_seen", "last_tick", "next_tick")}}
+            for row in rows
+        ]
+        for row in data:
+            if row["last_job_id"] is not None:
+                row["last_job_id"] = str(row["last_job_id"])
+        return data, f"{text}\n({len(rows)} schedule{'s' if len(rows) != 1 else ''})"
 
     # Progress: on stderr, and only on a terminal, so pipes and JSON stay clean.
 
