@@ -1,0 +1,229 @@
+"""The elastic pool (``--concurrency 2-8``), in this process, on the real PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+from django.db.models import Count
+from prometheus_client import REGISTRY
+
+from django_durable_jobs import enqueue_many
+from django_durable_jobs.models import Job, JobStatus, WorkerProcess
+from django_durable_jobs.worker import Worker, WorkerConfig
+from tests.testapp.models import Execution
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def config(**overrides: object) -> WorkerConfig:
+    values: dict[str, object] = {
+        "burst": False,
+        "poll_interval": 0.1,
+        "lease_seconds": 3.0,
+        "grace_period": 10.0,
+        "install_signal_handlers": False,
+        "worker_id": f"pool-{uuid.uuid4().hex[:6]}",
+        "scale_down_after": 1.0,
+    }
+    values.update(overrides)
+    return WorkerConfig(**values)  # type: ignore[arg-type]
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def backlog(count: int, sleep: float, queue: str = "default") -> list[uuid.UUID]:
+    results = enqueue_many(
+        [{"type": "tests.concurrent", "queue": queue, "payload": {"sleep": sleep}}] * count
+    )
+    return [result.job.pk for result in results]
+
+
+def assert_each_ran_exactly_once(ids: list[uuid.UUID]) -> None:
+    completed = Job.objects.filter(pk__in=ids, status=JobStatus.COMPLETED, attempts=1)
+    assert completed.count() == len(ids)
+    runs = Execution.objects.filter(job_id__in=ids).values("job_id").annotate(n=Count("id"))
+    assert sorted(r["n"] for r in runs) == [1] * len(ids)
+
+
+def handler_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("durable-jobs-handler-"))
+
+
+def gauge() -> float | None:
+    return REGISTRY.get_sample_value("durable_jobs_worker_slots")
+
+
+class Running:
+    """A Worker on a thread of its own; stopped (gracefully) at the end."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.exit_code: int | None = None
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.exit_code = self.worker.run()
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+        assert self.exit_code == 0
+
+
+@pytest.fixture
+def running() -> Callable[[Worker], Running]:
+    started: list[Running] = []
+
+    def start(worker: Worker) -> Running:
+        started.append(Running(worker))
+        return started[-1]
+
+    yield start  # type: ignore[misc]
+    for each in started:
+        if each.thread.is_alive():
+            each.stop()
+
+
+def test_the_pool_grows_under_a_backlog_and_shrinks_when_idle(
+    running: Callable[[Worker], Running],
+) -> None:
+    threads_before = handler_threads()
+    worker = Worker(config(concurrency=2, max_concurrency=8))
+    ids = backlog(40, 0.4)
+    run = running(worker)
+    wait_for(lambda: worker.slots == 2, 10, "the pool to start at its minimum")
+    # The backlog keeps every slot busy: the pool grows to its maximum.
+    wait_for(lambda: worker.slots == 8, 20, "the pool to grow to 8")
+    assert gauge() == 8
+    peak = 0
+    while Job.objects.filter(pk__in=ids, status=JobStatus.COMPLETED).count() < len(ids):
+        assert worker.slots <= 8
+        peak = max(peak, handler_threads() - threads_before)
+        time.sleep(0.05)
+    assert peak <= 8
+    # Quiet for scale_down_after (1 s): back to the minimum, threads stopped.
+    wait_for(lambda: worker.slots == 2, 15, "the pool to shrink to 2")
+    assert gauge() == 2
+    wait_for(lambda: handler_threads() - threads_before == 2, 10, "idle threads to exit")
+    # The workers table shows the current size from the next heartbeat (every 1 s).
+    wait_for(
+        lambda: WorkerProcess.objects.filter(id=worker.config.worker_id, concurrency=2).exists(),
+        10,
+        "the workers table to show 2 slots",
+    )
+    # The smaller pool still works, and can grow again.
+    more = backlog(12, 0.3)
+    wait_for(lambda: worker.slots > 2, 20, "the pool to grow again")
+    wait_for(
+        lambda: Job.objects.filter(pk__in=more, status=JobStatus.COMPLETED).count() == 12,
+        30,
+        "the second backlog",
+    )
+    run.stop()
+    assert_each_ran_exactly_once(ids + more)
+    assert max(Job.objects.get(pk=pk).result["concurrent"] for pk in ids) <= 8
+    assert gauge() == 0
+    wait_for(lambda: handler_threads() == threads_before, 10, "every handler thread to exit")
+
+
+def test_a_busy_slot_is_never_stopped_a_job_runs_to_its_end(
+    running: Callable[[Worker], Running],
+) -> None:
+    long = backlog(2, 4.0, queue="default")
+    Job.objects.filter(pk__in=long).update(priority=1)  # claimed first
+    short = backlog(6, 0.3)
+    worker = Worker(config(concurrency=1, max_concurrency=4))
+    running(worker)
+    wait_for(lambda: worker.slots == 4, 20, "the pool to grow to 4")
+    wait_for(
+        lambda: Job.objects.filter(pk__in=short, status=JobStatus.COMPLETED).count() == 6,
+        20,
+        "the short jobs",
+    )
+    # The long jobs still run: the pool shrinks around them, to the two slots
+    # they use, not to its minimum of one.
+    wait_for(lambda: worker.slots == 2, 10, "the pool to shrink to 2")
+    assert Job.objects.filter(pk__in=long, status=JobStatus.RUNNING).count() == 2
+    time.sleep(1.2)  # another quiet period: still two busy slots
+    assert worker.slots == 2
+    wait_for(
+        lambda: Job.objects.filter(pk__in=long, status=JobStatus.COMPLETED).count() == 2,
+        20,
+        "the long jobs",
+    )
+    wait_for(lambda: worker.slots == 1, 10, "the pool to shrink to 1")
+    assert_each_ran_exactly_once([*long, *short])
+
+
+def test_shutdown_drains_a_grown_pool_and_releases_what_is_left(
+    running: Callable[[Worker], Running],
+) -> None:
+    threads_before = handler_threads()
+    slow = backlog(6, 4.0)
+    quick = backlog(6, 0.2)
+    worker = Worker(config(concurrency=2, max_concurrency=12, grace_period=0.5))
+    run = running(worker)
+    wait_for(lambda: Execution.objects.filter(job_id__in=slow).count() == 6, 30, "all to start")
+    wait_for(
+        lambda: Job.objects.filter(pk__in=quick, status=JobStatus.COMPLETED).count() == 6,
+        30,
+        "the quick jobs",
+    )
+    assert worker.slots >= 6
+    run.stop()
+    # The slow jobs outlived the grace period: given back, attempt not counted.
+    assert Job.objects.filter(pk__in=slow, status=JobStatus.PENDING, attempts=0).count() == 6
+    assert not Job.objects.filter(status=JobStatus.RUNNING).exists()
+    assert_each_ran_exactly_once(quick)
+    # The abandoned handlers end with their sleep; their late outcomes are dropped.
+    wait_for(lambda: handler_threads() == threads_before, 15, "the handler threads to exit")
+    assert Job.objects.filter(pk__in=slow, status=JobStatus.PENDING, attempts=0).count() == 6
+
+
+def test_elastic_slots_per_queue(running: Callable[[Worker], Running]) -> None:
+    emails = backlog(20, 0.3, queue="emails")
+    webhooks = backlog(4, 0.3, queue="webhooks")
+    worker = Worker(config(queue_slots={"emails": (1, 3), "webhooks": 1}))
+    run = running(worker)
+    wait_for(lambda: worker.slots_by_group()["emails"] == 3, 20, "emails to grow to 3")
+    assert worker.slots_by_group()["webhooks"] == 1  # a fixed group never grows
+    wait_for(lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() == 24, 30, "every job")
+    wait_for(lambda: worker.slots_by_group() == {"emails": 1, "webhooks": 1}, 15, "shrinking")
+    run.stop()
+    assert_each_ran_exactly_once(emails + webhooks)
+    results = Job.objects.values_list("queue", "result")
+    assert max(r["concurrent"] for q, r in results if q == "emails") <= 3
+    assert max(r["concurrent"] for q, r in results if q == "webhooks") == 1
+
+
+def test_a_fixed_pool_never_changes_size(running: Callable[[Worker], Running]) -> None:
+    ids = backlog(16, 0.1)
+    worker = Worker(config(concurrency=3))
+    running(worker)
+    sizes = set()
+    while Job.objects.filter(pk__in=ids, status=JobStatus.COMPLETED).count() < 16:
+        sizes.add(worker.slots)
+        time.sleep(0.02)
+    assert sizes == {3}
+
+
+def test_bad_pool_sizes_are_clear_errors() -> None:
+    for options, message in [
+        ({"concurrency": 0}, "concurrency: slots must satisfy 1 <= minimum"),
+        ({"concurrency": 4, "max_concurrency": 2}, "got 4-2"),
+        ({"concurrency": 2, "max_concurrency": 1001}, "maximum <= 1000"),
+        ({"scale_down_after": 0}, "scale_down_after must be > 0"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            config(**options)
