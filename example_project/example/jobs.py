@@ -29,6 +29,21 @@ def sleep(ctx: JobContext) -> dict[str, float]:
     return {"slept": seconds}
 
 
+@job("example.timeboxed", timeout=2)
+def timeboxed(ctx: JobContext) -> dict[str, float]:
+    """Sleeps ``payload["seconds"]`` (default 1) in 0.1 s steps, under a 2 s time limit.
+
+    Past 2 s the attempt fails with ``JobTimeout`` and is retried; ``ctx.check()``
+    between steps makes the handler stop by itself at the deadline.
+    """
+    seconds = float(ctx.payload.get("seconds", 1))
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        ctx.check()
+        time.sleep(min(0.1, left))
+    return {"slept": seconds}
+
+
 class ExampleFailure(Exception):
     pass
 

@@ -1,0 +1,91 @@
+"""Time limits with real ``runjobworker`` processes: a Python spinner and a thread stuck in C."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from django_durable_jobs import enqueue
+from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.worker.loop import EXIT_RECYCLE
+from tests.testapp.models import Execution
+
+from .test_worker_processes import Workers, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+TIMEOUT_PATH = "django_durable_jobs.exceptions.JobTimeout"
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Workers]:
+    running = Workers(tmp_path)
+    running.env["DJANGO_SETTINGS_MODULE"] = "tests.e2e.settings_time_limits"
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def status(job: Job) -> str:
+    return Job.objects.values_list("status", flat=True).get(pk=job.pk)
+
+
+def test_a_python_spinner_is_interrupted_and_the_worker_keeps_serving(workers: Workers) -> None:
+    # tests.spin declares timeout=1 and spins in pure Python for ever.
+    spinner = enqueue("tests.spin", max_attempts=1, priority=10).job
+    others = [enqueue("tests.record", {"i": i}).job for i in range(3)]
+    proc = workers.start("--concurrency", "1", "--poll-interval", "0.2")
+    wait_for(lambda: status(spinner) == JobStatus.DEAD, 60, "the spinner to fail at its limit")
+    # The only slot's thread was interrupted, and went back to serving jobs.
+    wait_for(lambda: all(status(j) == JobStatus.COMPLETED for j in others), 60, "the next jobs")
+    assert proc.poll() is None, workers.output()  # no recycle: the thread came back
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, workers.output()
+
+    spinner.refresh_from_db()
+    (entry,) = spinner.errors
+    assert entry["exception"] == TIMEOUT_PATH
+    assert "time limit of 1 s" in entry["error"]
+    assert "in spin" in entry["traceback"]
+    assert spinner.result is None
+    for job in others:
+        assert Execution.objects.filter(job_id=job.pk).count() == 1
+    assert Execution.objects.filter(job_id=spinner.pk).count() == 1
+    assert "interrupted at its deadline" in workers.output()
+
+
+def test_a_thread_stuck_in_c_recycles_the_worker_after_its_other_jobs(workers: Workers) -> None:
+    # Blocks in time.sleep(120): the interrupt cannot reach it; 1 s limit, 1 s grace.
+    stuck = enqueue("tests.sleep_in_c", {"sleep": 120}, timeout=1, max_attempts=1, priority=10).job
+    # In flight on the other slots when the worker decides to recycle (about 2 s in).
+    others = [enqueue("tests.record", {"sleep": 5, "i": i}).job for i in range(2)]
+    proc = workers.start("--concurrency", "3", "--poll-interval", "0.2")
+    started = time.monotonic()
+    try:
+        code = proc.wait(90)
+    except Exception:
+        raise AssertionError(f"the worker did not recycle\n{workers.output()}") from None
+    elapsed = time.monotonic() - started
+    assert code == EXIT_RECYCLE, workers.output()
+    assert elapsed < 60  # it did not wait for the 120 s sleep
+
+    stuck.refresh_from_db()
+    assert stuck.status == JobStatus.DEAD  # failed at its deadline, its last attempt
+    assert [e["exception"] for e in stuck.errors] == [TIMEOUT_PATH]
+    assert "sleep_in_c" in stuck.errors[0]["traceback"]
+    # The other in-flight jobs finished normally before the exit: none released,
+    # none lost, none run twice.
+    for job in others:
+        job.refresh_from_db()
+        assert (job.status, job.attempts) == (JobStatus.COMPLETED, 1), workers.output()
+        assert Execution.objects.filter(job_id=job.pk).count() == 1
+    assert Execution.objects.filter(job_id=stuck.pk).count() == 1
+    assert not Job.objects.filter(status=JobStatus.RUNNING).exists()
+    output = workers.output()
+    assert "ignored its interrupt" in output
+    assert "Recycling worker" in output
