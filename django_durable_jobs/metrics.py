@@ -84,7 +84,8 @@ if prometheus_client is not None:
     )
     SLOTS = prometheus_client.Gauge(
         "durable_jobs_worker_slots",
-        "Jobs this worker can run at once (its concurrency).",
+        "Jobs this worker can run at once: its handler threads now (an elastic pool's "
+        "current size; with slots per queue, their sum).",
         multiprocess_mode="livesum",
     )
 
