@@ -32,6 +32,8 @@ from django_durable_jobs.worker import Worker, WorkerConfig
 from tests.testapp import tasks
 from tests.testapp.models import Execution
 
+from .helpers import run_in_threads
+
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 DURABLE = "django_durable_jobs.backends.DurableJobsBackend"
@@ -299,6 +301,27 @@ def test_an_idempotency_key_replays_the_same_task() -> None:
     assert [n for n, *_ in signals.seen] == ["enqueued"]  # the replay is not a new task
     # Outside the block, no key.
     assert Job.objects.get(pk=tasks.add.enqueue(1, 2).id).idempotency_key is None
+
+
+def test_racing_enqueues_with_one_key_make_one_task() -> None:
+    def enqueue_once(index: int) -> str:
+        with task_options(idempotency_key="race"):
+            return tasks.add.enqueue(1, 2).id
+
+    with Signals() as signals:
+        ids = run_in_threads(8, enqueue_once)
+    assert len(set(ids)) == 1
+    assert Job.objects.count() == 1
+    assert [n for n, *_ in signals.seen] == ["enqueued"]
+
+
+def test_racing_workers_run_each_task_once() -> None:
+    results = [tasks.record.enqueue(f"t{i}") for i in range(30)]
+    run_in_threads(3, lambda index: burst(concurrency=4, worker_id=f"racer-{index}"))
+    drain()  # anything a racer left for a retry
+    runs = Execution.objects.values_list("job_id", flat=True)
+    assert sorted(str(job_id) for job_id in runs) == sorted(r.id for r in results)
+    assert {tasks.record.get_result(r.id).status for r in results} == {TaskResultStatus.SUCCESSFUL}
 
 
 def test_task_options_are_validated_at_the_with_line() -> None:
