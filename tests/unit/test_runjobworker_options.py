@@ -108,13 +108,13 @@ def test_the_command_line_rejects_bad_slots_with_exit_2(
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"queues": "emails:0"}, "--queues: 'emails:0': slots must be between 1 and 1000"),
+        ({"queues": "emails:0"}, "--queues: 'emails:0': must be between 1 and 1000"),
         ({"queues": "emails:x"}, "not a number of slots"),
         ({"queues": ":4"}, "no queue name"),
         ({"queues": "emails:4,emails:2"}, "listed twice"),
         ({"queues": "emails:4,default"}, "not to default"),
         ({"concurrency": "16-2"}, "--concurrency: 16-2: the minimum 16"),
-        ({"concurrency": "0-4"}, "--concurrency: slots must be between"),
+        ({"concurrency": "0-4"}, "--concurrency: must be between"),
         ({"concurrency": "2-"}, "not a number of slots"),
         ({"queues": "emails:4", "concurrency": "8"}, "cannot be combined"),
         ({"scale_down_after": -1}, "--scale-down-after"),

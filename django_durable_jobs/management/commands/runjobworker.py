@@ -29,7 +29,7 @@ def slot_count(value: str) -> Slots:
         ) from None
     if not (1 <= minimum <= MAX_CONCURRENCY and 1 <= maximum <= MAX_CONCURRENCY):
         raise argparse.ArgumentTypeError(
-            f"slots must be between 1 and {MAX_CONCURRENCY}, got {value.strip()}"
+            f"must be between 1 and {MAX_CONCURRENCY}, got {value.strip()}"
         )
     if minimum > maximum:
         raise argparse.ArgumentTypeError(
