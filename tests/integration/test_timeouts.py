@@ -223,6 +223,53 @@ def test_a_thread_stuck_in_c_recycles_the_worker_after_its_other_jobs() -> None:
     assert Job.objects.get(pk=stuck.pk).status == JobStatus.PENDING
 
 
+def test_a_handler_returning_right_at_its_deadline_gets_exactly_one_outcome() -> None:
+    # 60 handlers that sleep about as long as their limit race the watchdog on
+    # 8 threads: each job ends either completed (no error) or dead with one
+    # JobTimeout (no result), never a mix, and each ran once.
+    jobs = [
+        r.job
+        for r in enqueue_many(
+            [
+                {
+                    "type": "tests.sleep_in_c",
+                    "payload": {"sleep": 0.1 + (i % 5) * 0.005},
+                    "timeout": 0.11,
+                    "max_attempts": 1,
+                }
+                for i in range(60)
+            ]
+        )
+    ]
+    running = Running(concurrency=8)
+    try:
+        wait_for(
+            lambda: (
+                not Job.objects.exclude(status__in=[JobStatus.COMPLETED, JobStatus.DEAD])
+                .filter(pk__in=[j.pk for j in jobs])
+                .exists()
+            ),
+            60,
+            "every job to finish",
+        )
+        wait_for(lambda: not running.worker._running, 10, "the handler threads to return")
+        time.sleep(0.3)
+    finally:
+        assert running.stop() == EXIT_OK
+    outcomes = {"completed": 0, "dead": 0}
+    for job in Job.objects.filter(pk__in=[j.pk for j in jobs]):
+        outcomes[job.status] += 1
+        if job.status == JobStatus.COMPLETED:
+            assert job.errors == [] and job.result == {"slept": True}, job.errors
+        else:
+            assert [e["exception"] for e in job.errors] == [TIMEOUT_PATH]
+            assert job.result is None
+        assert job.attempts == 1 and job.lease_token is None
+    assert sum(outcomes.values()) == 60
+    assert Execution.objects.count() == 60
+    assert running.worker.watchdog.timed_out == outcomes["dead"]
+
+
 # --- fencing and leases --------------------------------------------------------------
 
 
