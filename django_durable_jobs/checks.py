@@ -99,6 +99,10 @@ E006_HINT = (
     "schedule's 'type'. If the handler runs in another codebase, silence durable_jobs.E006."
 )
 E007_HINT = "See docs/guides/periodic-jobs.md for the schedule options."
+E007_USE_TZ = (
+    "Periodic jobs need USE_TZ = True: ticks are instants in UTC, but {count} schedule(s) "
+    "are declared with USE_TZ = False."
+)
 
 
 @checks.register(checks.Tags.compatibility)
@@ -116,6 +120,12 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
     errors: list[checks.CheckMessage] = [
         checks.Error(str(error), hint=E007_HINT, id="durable_jobs.E007") for error in invalid
     ]
+    if schedules and not settings.USE_TZ:
+        errors.append(
+            checks.Error(
+                E007_USE_TZ.format(count=len(schedules)), hint=E007_HINT, id="durable_jobs.E007"
+            )
+        )
     for schedule in schedules:
         if schedule.type not in registry:
             errors.append(

@@ -21,6 +21,7 @@ import threading
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -67,6 +68,9 @@ class Scheduler:
             logger.error("Schedule ignored: %s", error)
         if not any(s.enabled for s in schedules):
             return None
+        if not settings.USE_TZ:
+            logger.error("Schedules ignored: periodic jobs need USE_TZ = True (durable_jobs.E007)")
+            return None
         return cls(alias, worker_id, schedules)
 
     def start(self) -> None:
@@ -95,6 +99,12 @@ class Scheduler:
                     wait = min(ERROR_RETRY_CAP, ERROR_RETRY_BASE * 2 ** (failures - 1))
                     logger.warning("Scheduler failed (%s); retrying in %.1fs", exc, wait)
                     connections[self.alias].close()
+                except Exception:
+                    # A bug of ours must not end the thread: a dead scheduler
+                    # stops every schedule of this worker without a sound.
+                    failures += 1
+                    wait = min(ERROR_RETRY_CAP, ERROR_RETRY_BASE * 2 ** (failures - 1))
+                    logger.exception("Scheduler error; retrying in %.1fs", wait)
                 self._stop.wait(wait)
         finally:
             connections[self.alias].close()

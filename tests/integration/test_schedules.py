@@ -412,3 +412,39 @@ def test_admin_needs_staff() -> None:
     client = Client()
     client.force_login(User.objects.create_user("plain", password="x"))
     assert client.get(ADMIN).status_code == 302
+
+
+def test_periodic_jobs_need_use_tz(caplog: pytest.LogCaptureFixture) -> None:
+    entries = {"tests.ok": {"type": "tests.record", "every": 60}}
+    with override_settings(USE_TZ=False, DURABLE_JOBS={"SCHEDULES": entries}):
+        messages = check_schedules()
+        assert Scheduler.from_declarations(connection.alias, "w") is None
+    assert ids(messages) == ["durable_jobs.E007"]
+    assert "USE_TZ = True" in messages[0].msg
+    assert "need USE_TZ = True" in caplog.text
+
+
+def test_the_scheduler_thread_survives_an_unexpected_error(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner = scheduler(EVERY_MINUTE)
+    calls: list[int] = []
+    real_run_once = runner.run_once
+
+    def flaky(now: datetime | None = None) -> dict[str, datetime]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return real_run_once(now)
+
+    monkeypatch.setattr(runner, "run_once", flaky)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not Job.objects.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        runner.stop()
+    assert len(calls) >= 2
+    assert Job.objects.count() == 1
+    assert "Scheduler error" in caplog.text and "boom" in caplog.text
