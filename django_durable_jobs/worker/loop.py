@@ -10,7 +10,9 @@ Threads, and the connection each uses:
 - completer: writes outcomes in batches (one connection);
 - maintenance: heartbeats and the reaper (one connection);
 - watchdog: fails attempts at their time limit (no connection; ``timeouts.py``);
-- listener: LISTEN for enqueue notifications (one psycopg connection).
+- listener: LISTEN for enqueue notifications (one psycopg connection);
+- scheduler: enqueues the periodic jobs' due ticks, when any are declared
+  (one connection; ``scheduler.py``).
 """
 
 from __future__ import annotations
