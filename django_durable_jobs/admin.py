@@ -276,6 +276,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                     "status",
                     "priority",
                     ("attempts", "max_attempts"),
+                    "timeout",
                     "idempotency_key",
                 )
             },
@@ -302,6 +303,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "priority",
         "attempts",
         "max_attempts",
+        "timeout",
         "idempotency_key",
         "available_at",
         "created_at",

@@ -1,12 +1,16 @@
-"""``timeout`` over REST: POST /api/jobs takes it up to API_MAX_TIMEOUT_SECONDS; detail shows it."""
+"""``timeout`` over REST (up to API_MAX_TIMEOUT_SECONDS; shown in detail), the CLI and the admin."""
 
 from __future__ import annotations
 
+import io
+import json
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.test import Client, override_settings
 
+from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job
 
 from .test_api import Api, assert_error, job_body, make_user
@@ -74,3 +78,21 @@ def test_the_schema_documents_the_timeout() -> None:
     schemas = response.json()["components"]["schemas"]
     request = next(s for name, s in schemas.items() if "timeout" in s.get("properties", {}))
     assert "API_MAX_TIMEOUT_SECONDS" in request["properties"]["timeout"]["description"]
+
+
+def test_jobs_show_includes_the_timeout() -> None:
+    job = enqueue("tests.record", timeout=2.5).job
+    out = io.StringIO()
+    call_command("jobs", "show", str(job.pk), "--json", stdout=out)
+    assert json.loads(out.getvalue())["timeout"] == 2.5
+    out = io.StringIO()
+    call_command("jobs", "show", str(job.pk), stdout=out)
+    assert "timeout: 2.5" in out.getvalue().splitlines()
+
+
+def test_the_admin_detail_shows_the_timeout(admin_client: Client) -> None:
+    job = enqueue("tests.record", timeout=7.25).job
+    response = admin_client.get(f"/admin/durable_jobs/job/{job.pk}/change/")
+    assert response.status_code == 200
+    content = response.content.decode()
+    assert "Timeout" in content and "7.25" in content

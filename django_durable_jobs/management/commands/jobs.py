@@ -74,6 +74,7 @@ def job_detail(job: Job) -> dict[str, Any]:
     return {
         **job_summary(job),
         "idempotency_key": job.idempotency_key,
+        "timeout": job.timeout,
         "payload": job.payload,
         "started_at": _iso(job.started_at),
         "updated_at": _iso(job.updated_at),
