@@ -204,3 +204,13 @@ def test_a_queue_of_few_rows_is_claimed_by_index_past_a_big_backlog(big_table: N
     )
     assert CLAIM_QUEUE_INDEX in plan or QUEUE_INDEX in plan, plan
     assert "Seq Scan" not in plan, plan
+
+
+def test_runjobworker_with_slots_per_queue_through_call_command() -> None:
+    from django.core.management import call_command
+
+    ids = backlog("emails", 5, 0.05) + backlog("default", 5, 0.05)
+    call_command("runjobworker", burst=True, queues={"emails": 2, "default": (1, 3)})
+    assert_each_ran_exactly_once(ids)
+    assert peak("emails") <= 2
+    assert peak("default") <= 3

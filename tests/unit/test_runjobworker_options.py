@@ -140,3 +140,16 @@ def test_call_command_reports_bad_flags_as_command_errors() -> None:
         call_command("runjobworker", "--concurrency", "0")
     with pytest.raises(CommandError, match="--lease-seconds"):
         call_command("runjobworker", "--lease-seconds", "-5")
+
+
+def test_call_command_takes_slots_as_python_values_too() -> None:
+    from django_durable_jobs.management.commands.runjobworker import _as_text
+
+    assert _as_text({"emails": 4, "webhooks": (1, 8)}) == "emails:4,webhooks:1-8"
+    assert _as_text({"emails": Slots(2, 3)}) == "emails:2-3"
+    assert _as_text((2, 16)) == "2-16"
+    assert _as_text(frozenset({"emails"})) == "emails"
+    with pytest.raises(CommandError, match="--concurrency: 16-2: the minimum 16"):
+        call_command("runjobworker", concurrency=(16, 2))
+    with pytest.raises(CommandError, match="--queues: 'emails:0'"):
+        call_command("runjobworker", queues={"emails": 0})

@@ -120,8 +120,11 @@ def worker_id(value: str) -> str:
 
 
 def _as_text(value: Any) -> str:
-    if isinstance(value, dict):
-        return ",".join(f"{name}:{slots}" for name, slots in value.items())
+    """A keyword argument of call_command as its command-line text, to parse it the same way."""
+    if isinstance(value, dict):  # queues={"emails": 4, "webhooks": (1, 8)}
+        return ",".join(f"{name}:{_as_text(slots)}" for name, slots in value.items())
+    if isinstance(value, tuple) and len(value) == 2 and all(type(v) is int for v in value):
+        return f"{value[0]}-{value[1]}"  # concurrency=(2, 16)
     if isinstance(value, (set, frozenset, list, tuple)):
         return ",".join(map(str, value))
     return str(value)
