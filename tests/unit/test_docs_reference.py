@@ -1,4 +1,4 @@
-"""The reference pages name every check id, metric and `jobs` subcommand the code has.
+"""The reference pages name every check id, metric, `jobs` subcommand and public name.
 
 A new check, metric or subcommand without its entry in docs/reference/
 fails here, so the reference cannot silently fall behind the code.
@@ -48,3 +48,13 @@ def test_every_jobs_subcommand_has_a_section_in_cli_md() -> None:
     page = (REFERENCE / "cli.md").read_text()
     missing = sorted(n for n in names if f"\n## `jobs {n}" not in page)
     assert not missing, f"Add a section to docs/reference/cli.md for: jobs {missing}"
+
+
+def test_every_public_name_is_in_python_api_md() -> None:
+    import django_durable_jobs
+
+    names = set(django_durable_jobs.__all__) - {"__version__"}
+    assert {"job", "enqueue", "enqueue_many", "Retry", "Discard"} <= names
+    page = (REFERENCE / "python-api.md").read_text()
+    missing = sorted(n for n in names if f"`{n}`" not in page)
+    assert not missing, f"Document these in docs/reference/python-api.md: {missing}"
