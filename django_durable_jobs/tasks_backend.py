@@ -27,6 +27,7 @@ from . import db
 from .constants import QUEUE_NAME_RE, TYPE_MAX_LENGTH
 from .enqueueing import enqueue
 from .exceptions import InvalidJob
+from .models import Job
 from .tasks_options import current_task_options
 from .tasks_results import (
     NotRoundTrippable,
@@ -34,6 +35,7 @@ from .tasks_results import (
     check_round_trip,
     is_task_payload,
     resolve_task,
+    send_signal,
 )
 from .validation import validate_max_attempts
 
@@ -117,7 +119,7 @@ class DurableJobsBackend(BaseTaskBackend):
             # After the commit: receivers must never see a task that a
             # rollback then removes. Outside a transaction: at once.
             transaction.on_commit(
-                partial(task_enqueued.send, type(self), task_result=result), using=alias
+                partial(send_signal, task_enqueued, type(self), result), using=alias
             )
         return result
 
@@ -127,8 +129,6 @@ class DurableJobsBackend(BaseTaskBackend):
             job_id = uuid.UUID(str(result_id))
         except ValueError:
             raise TaskResultDoesNotExist(result_id) from None
-        from .models import Job
-
         job = Job.objects.using(db.database_alias()).filter(pk=job_id).first()
         if job is None or not is_task_payload(job.payload) or job.payload["backend"] != self.alias:
             raise TaskResultDoesNotExist(result_id)

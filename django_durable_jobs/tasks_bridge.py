@@ -79,12 +79,19 @@ def run_task(task: Task, backend: BaseTaskBackend, ctx: JobContext) -> dict[str,
 
     from . import db
     from .models import Job
-    from .tasks_results import NotRoundTrippable, build_result, check_round_trip, mark_finished
+    from .tasks_results import (
+        NotRoundTrippable,
+        build_result,
+        check_round_trip,
+        mark_finished,
+        send_signal,
+        task_error,
+    )
 
     job = Job.objects.using(db.database_alias()).get(pk=ctx.id)
     task_result = build_result(job, task, backend.alias)
     task = task_result.task
-    _send(task_started, backend, task_result)
+    send_signal(task_started, type(backend), task_result)
     args, kwargs = ctx.payload["args"], ctx.payload["kwargs"]
     try:
         if task.takes_context:
@@ -102,35 +109,11 @@ def run_task(task: Task, backend: BaseTaskBackend, ctx: JobContext) -> dict[str,
             mark_finished(
                 task_result,
                 TaskResultStatus.FAILED,
-                errors=[*task_result.errors, _task_error(exc)],
+                errors=[*task_result.errors, task_error(exc)],
             )
             # Inside the except block: Django's own receiver logs exc_info.
-            _send(task_finished, backend, task_result)
+            send_signal(task_finished, type(backend), task_result)
         raise
     mark_finished(task_result, TaskResultStatus.SUCCESSFUL, _return_value=value)
-    _send(task_finished, backend, task_result)
+    send_signal(task_finished, type(backend), task_result)
     return {"return_value": value, "worker_id": ctx.worker_id}
-
-
-def _task_error(exc: Exception) -> Any:
-    import traceback
-
-    from django.tasks.base import TaskError
-
-    kind = type(exc)
-    return TaskError(
-        exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
-        traceback="".join(traceback.format_exception(exc)),
-    )
-
-
-def _send(signal: Any, backend: BaseTaskBackend, task_result: Any) -> None:
-    # send_robust: a failing receiver must not turn a task that ran into a
-    # failed attempt (and a retry that repeats its side effects).
-    for receiver, response in signal.send_robust(type(backend), task_result=task_result):
-        if isinstance(response, Exception):
-            logger.error(
-                "Task signal receiver %r failed id=%s path=%s",
-                receiver, task_result.id, task_result.task.module_path,
-                exc_info=response,
-            )  # fmt: skip

@@ -13,9 +13,12 @@ by the worker once it knows ``django.tasks`` exists.
 from __future__ import annotations
 
 import json
+import logging
+import traceback
 from datetime import datetime
 from typing import Any
 
+from django.dispatch import Signal
 from django.tasks.base import Task, TaskError, TaskResult, TaskResultStatus
 from django.tasks.exceptions import InvalidTask
 from django.utils import timezone
@@ -34,6 +37,9 @@ STATUS_MAP: dict[str, TaskResultStatus] = {
     JobStatus.DEAD: TaskResultStatus.FAILED,
     JobStatus.CANCELLED: TaskResultStatus.FAILED,
 }
+_FINISHED = frozenset({TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED})
+
+logger = logging.getLogger("django_durable_jobs.tasks")
 
 
 class NotRoundTrippable(ValueError):
@@ -166,12 +172,35 @@ def build_result(job: Job, task: Task, alias: str) -> TaskResult:
     return result
 
 
-_FINISHED = frozenset({TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED})
-
-
 def mark_finished(result: TaskResult, status: TaskResultStatus, **changes: Any) -> None:
     """Update the in-memory ``result`` the worker sends with ``task_finished``."""
     object.__setattr__(result, "status", status)
     object.__setattr__(result, "finished_at", timezone.now())
     for name, value in changes.items():
         object.__setattr__(result, name, value)
+
+
+def task_error(exc: BaseException) -> TaskError:
+    """The ``TaskError`` Django's backends record for ``exc``."""
+    kind = type(exc)
+    return TaskError(
+        exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
+        traceback="".join(traceback.format_exception(exc)),
+    )
+
+
+def send_signal(signal: Signal, sender: type, task_result: TaskResult) -> None:
+    """Send a task signal to every receiver; log, never raise, a receiver's error.
+
+    When a signal is sent the task is already stored (enqueued) or has
+    already run (started, finished): a failing receiver must neither
+    make the caller believe the enqueue failed (and enqueue again) nor
+    turn a task that ran into a failed attempt whose retry repeats it.
+    """
+    for receiver, response in signal.send_robust(sender, task_result=task_result):
+        if isinstance(response, Exception):
+            logger.error(
+                "Task signal receiver %r failed id=%s path=%s",
+                receiver, task_result.id, task_result.task.module_path,
+                exc_info=response,
+            )  # fmt: skip

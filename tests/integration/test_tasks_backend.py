@@ -375,16 +375,22 @@ def test_the_worker_runs_only_tasks_of_a_durable_backend() -> None:
         assert "No handler is registered" in job.last_error
 
 
-def test_a_receiver_error_does_not_fail_the_task() -> None:
+def test_a_receiver_error_fails_neither_the_enqueue_nor_the_task(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     def broken(**kwargs: Any) -> None:
         raise RuntimeError("receiver bug")
 
-    task_finished.connect(broken, dispatch_uid="broken-receiver")
+    for signal in (task_enqueued, task_started, task_finished):
+        signal.connect(broken, dispatch_uid="broken-receiver")
     try:
         result = tasks.add.enqueue(1, 1)
         drain()
     finally:
-        task_finished.disconnect(dispatch_uid="broken-receiver")
+        for signal in (task_enqueued, task_started, task_finished):
+            signal.disconnect(dispatch_uid="broken-receiver")
+    failures = [r for r in caplog.records if r.name == "django_durable_jobs.tasks"]
+    assert len(failures) == 3 and all("receiver bug" in str(r.exc_info[1]) for r in failures)
     done = tasks.add.get_result(result.id)
     assert (done.status, done.attempts, done.return_value) == (TaskResultStatus.SUCCESSFUL, 1, 2)
 
