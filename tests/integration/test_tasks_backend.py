@@ -20,7 +20,7 @@ from asgiref.sync import async_to_sync
 from django.core import checks
 from django.db import transaction
 from django.tasks import TaskResultStatus, task_backends
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.test import override_settings
 from django.utils import timezone
@@ -274,6 +274,15 @@ def test_get_result_of_an_unknown_id_raises() -> None:
     plain = enqueue("tests.record").job
     with pytest.raises(TaskResultDoesNotExist):
         backend.get_result(str(plain.pk))
+    # Another task's result: Django's own check on Task.get_result.
+    other = tasks.record.enqueue()
+    with pytest.raises(TaskResultMismatch):
+        tasks.add.get_result(other.id)
+    # A task of another TASKS alias is not this backend's.
+    with override_settings(TASKS={"default": {"BACKEND": DURABLE}, "second": {"BACKEND": DURABLE}}):
+        with pytest.raises(TaskResultDoesNotExist):
+            task_backends["second"].get_result(other.id)
+        assert task_backends["default"].get_result(other.id).id == other.id
 
 
 def test_enqueue_joins_the_callers_transaction_and_signals_after_commit() -> None:
