@@ -202,7 +202,8 @@ def test_bad_flags_are_clear_errors_without_a_traceback(workers: Workers) -> Non
         (["--grace-period", "-1"], "--grace-period: must be a number of seconds >= 0"),
         (["--poll-interval", "0"], "--poll-interval: must be a number of seconds > 0"),
         (["--lease-seconds", "soon"], "--lease-seconds: 'soon' is not a number"),
-        (["--queues", "emails:4"], "per-queue slots"),
+        (["--queues", "emails:4,default"], "gives slots to some queues but not to default"),
+        (["--concurrency", "16-2"], "the minimum 16 is more than the maximum 2"),
         (["--queues", "a,,b"], "not a comma-separated list"),
     ]:
         proc = workers.start(*args)
