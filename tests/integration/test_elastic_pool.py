@@ -227,3 +227,23 @@ def test_bad_pool_sizes_are_clear_errors() -> None:
     ]:
         with pytest.raises(ValueError, match=message):
             config(**options)
+
+
+def test_racing_elastic_and_per_queue_workers_run_each_job_exactly_once() -> None:
+    ids = backlog(90, 0.05, queue="emails") + backlog(90, 0.05, queue="default")
+    workers = [
+        Worker(config(burst=True, concurrency=1, max_concurrency=6)),
+        Worker(config(burst=True, queue_slots={"emails": (1, 3), "default": 2})),
+        Worker(config(burst=True, concurrency=2, max_concurrency=4, queues=frozenset({"emails"}))),
+    ]
+    codes: list[int] = []
+    threads = [threading.Thread(target=lambda w=w: codes.append(w.run())) for w in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in threads)
+    assert codes == [0, 0, 0]
+    assert_each_ran_exactly_once(ids)
+    # Each took part: the claims raced, SKIP LOCKED kept them apart.
+    assert Execution.objects.values("worker").distinct().count() == 3
