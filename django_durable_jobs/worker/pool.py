@@ -145,10 +145,12 @@ class SlotGroup:
 
     def shrink_if_quiet(self, now: float) -> int:
         """Stop the slots left unused for a whole quiet period; how many were stopped."""
-        if self.size <= self.slots.minimum or now - self._window_start < self.scale_down_after:
-            if self.size <= self.slots.minimum:
-                self._window_start = now
-                self._peak = self.running
+        if self.size <= self.slots.minimum:
+            # Nothing to stop; the window starts afresh when the group grows.
+            self._window_start = now
+            self._peak = self.running
+            return 0
+        if now - self._window_start < self.scale_down_after:
             return 0
         # Never below what runs now: each stop marker needs an idle thread.
         keep = max(self.slots.minimum, self._peak, self.running)
