@@ -136,7 +136,9 @@ class Scheduler:
         states = self._states([s for s, _ in candidates.values()], now)
         enqueued: dict[str, datetime] = {}
         for name, (schedule, latest) in candidates.items():
-            state = states[name]
+            state = states.get(name)
+            if state is None:
+                continue  # deleted under our feet: created again on the next look
             tick = due_tick(
                 latest,
                 now=now,
