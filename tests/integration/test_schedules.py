@@ -448,3 +448,27 @@ def test_the_scheduler_thread_survives_an_unexpected_error(
     assert len(calls) >= 2
     assert Job.objects.count() == 1
     assert "Scheduler error" in caplog.text and "boom" in caplog.text
+
+
+def test_admin_staff_with_view_permission_sees_but_cannot_change() -> None:
+    from django.contrib.auth.models import Permission
+
+    scheduler(EVERY_MINUTE).run_once()
+    user = User.objects.create_user("viewer", password="x", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label="durable_jobs",
+            codename__in=["view_schedulestate", "change_schedulestate", "delete_schedulestate"],
+        )
+    )
+    client = Client()
+    client.force_login(user)
+    page = client.get(ADMIN)
+    assert page.status_code == 200 and b"tests.minutely" in page.content
+    # Even with the change and delete permissions: the rows belong to the workers.
+    assert b'name="_save"' not in client.get(f"{ADMIN}tests.minutely/change/").content
+    assert client.post(f"{ADMIN}tests.minutely/delete/").status_code == 403
+    assert client.post(
+        ADMIN, {"action": "delete_selected", "_selected_action": ["tests.minutely"]}
+    ).status_code in (200, 302)
+    assert ScheduleState.objects.filter(name="tests.minutely").exists()
