@@ -203,8 +203,9 @@ SETTINGS: dict[str, Setting] = {
         10.0,
         _positive_number,
         "a number > 0",
-        "How long a handler thread interrupted at its deadline may take to return before the "
-        "worker recycles itself (exit code 3).",
+        "How long a handler thread may keep running past its time limit (the attempt already "
+        "failed; the thread is never interrupted) before the worker stops claiming, lets its "
+        "other jobs finish and recycles itself (exit code 3).",
     ),
     "POLL_INTERVAL_SECONDS": Setting(
         2.0,

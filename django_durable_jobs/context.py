@@ -14,9 +14,9 @@ from .exceptions import JobTimeout
 class CancelFlag:
     """Set once by the worker when it gives up on an attempt.
 
-    A plain attribute rather than a ``threading.Event``: the handler thread
-    may be interrupted (``JobTimeout`` raised in it) at any bytecode, and
-    must never be holding an internal lock when that happens.
+    A plain attribute rather than a ``threading.Event``: set once, by
+    another thread, and read by the handler as often as it likes
+    (``ctx.cancelled``); a lock on every read would buy nothing.
     """
 
     __slots__ = ("_set",)

@@ -69,11 +69,11 @@ class JobTimeout(DurableJobsError):
     """The attempt ran past its time limit (``@job(timeout=...)``).
 
     Recorded as the failed attempt's error when the worker's watchdog fails
-    a job at its deadline, raised by ``ctx.check()`` once the attempt is
-    cancelled, and raised asynchronously inside a handler thread that is
-    still running Python code after its deadline. ``timeout`` is the limit
-    in seconds, ``None`` when unknown (the asynchronous interrupt carries no
-    argument). An ordinary exception, so a handler's ``except Exception``
+    a job at its deadline, and raised by ``ctx.check()`` once the attempt is
+    cancelled. The worker never raises it inside a running handler: a
+    handler stops at its deadline only if it checks ``ctx.cancelled`` (or
+    calls ``ctx.check()``). ``timeout`` is the limit in seconds, ``None``
+    when unknown. An ordinary exception, so a handler's ``except Exception``
     can swallow it: see docs/guides/time-limits.md for what then happens.
     """
 

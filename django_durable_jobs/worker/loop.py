@@ -33,7 +33,6 @@ from django.db import DatabaseError, connections
 
 from .. import db, metrics
 from ..conf import jobs_settings
-from ..exceptions import JobTimeout
 from .claimed import ClaimedJob
 from .completer import Completer
 from .executor import RetryPolicy, StopWorker, execute, internal_error
@@ -479,40 +478,29 @@ class Worker:
         finally:
             connections.close_all()
 
-    def _run_attempt(self, job: ClaimedJob) -> Outcome | None:
-        """Run the job under the watchdog; None if its late interrupt cut the attempt short.
+    def _run_attempt(self, job: ClaimedJob) -> Outcome:
+        """Run the job under the watchdog; the attempt ends when the handler returns.
 
-        The watchdog raises ``JobTimeout`` in this thread once, after the
-        deadline, and only after the job's failed attempt is recorded. It
-        may land after the handler returned, anywhere up to
-        ``watchdog.end()``: hence the loop, which runs ``execute`` once and
-        ``end`` until it completes (it is idempotent).
+        Even past its deadline: the watchdog never interrupts the thread
+        (see ``timeouts.py``), it only records the failed attempt, so the
+        handler's late outcome comes back here and ``_finished`` drops it.
         """
-        outcome: Outcome | None = None
-        ran = False
-        while True:
-            try:
-                if not ran:
-                    ran = True
-                    outcome = self._execute(job)
-                self.watchdog.end(job)
-                return outcome
-            except JobTimeout:
-                continue
+        try:
+            return self._execute(job)
+        finally:
+            self.watchdog.end(job)
 
-    def _execute(self, job: ClaimedJob) -> Outcome | None:
+    def _execute(self, job: ClaimedJob) -> Outcome:
         try:
             return execute(job, self.config.worker_id, self.policy, self.watchdog)
         except StopWorker as stop:
             self.stop()
             return stop.outcome
-        except JobTimeout:
-            return None  # the interrupt, after the handler returned: the job is timed out
         except Exception as exc:  # a bug of ours: count it, so it cannot loop
             logger.exception("Worker error running job %s", job.id)
             return internal_error(job, self.config.worker_id, self.policy, exc)
 
-    def _finished(self, job: ClaimedJob, outcome: Outcome | None, duration: float) -> None:
+    def _finished(self, job: ClaimedJob, outcome: Outcome, duration: float) -> None:
         with self._lock:
             # None when shutdown already gave the job back (and counted that).
             was_running = self._running.pop(job.lease_token, None) is not None
@@ -520,12 +508,9 @@ class Worker:
                 self._group_of(job).finished()
             timed_out = job.lease_token in self._timed_out
             self._timed_out.discard(job.lease_token)
-            if job.lease_token in self._abandoned:
-                self._abandoned.discard(job.lease_token)
-                drop = True
-            else:
-                drop = outcome is None
-        if timed_out or outcome is None:
+            drop = job.lease_token in self._abandoned
+            self._abandoned.discard(job.lease_token)
+        if timed_out:
             # The watchdog recorded and counted this attempt at its deadline.
             logger.info(
                 "Late outcome of job %s dropped: the attempt had failed at its time limit",
@@ -598,7 +583,7 @@ class Worker:
             return True
 
     def _stuck(self, attempt: Attempt) -> None:
-        """Watchdog: a handler thread ignored its interrupt; recycle the process."""
+        """Watchdog: a handler thread is still busy ``grace`` s past its deadline; recycle."""
         with self._cond:
             self._recycle = True
             self._wake_locked()

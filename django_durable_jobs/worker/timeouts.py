@@ -5,33 +5,36 @@ the monotonic clock (the limit is ``job.timeout``, else the handler's
 ``timeout``, else ``TIMEOUT_SECONDS``). A thread of the watchdog's own
 sleeps until the nearest deadline. When one passes:
 
-1. the attempt is cancelled (``ctx.cancelled`` turns True);
+1. the attempt is cancelled (``ctx.cancelled`` turns True, ``ctx.check()``
+   raises ``JobTimeout``);
 2. the worker takes the job back from the running handler (``take``): from
    then on the handler's own late outcome is dropped, and the watchdog
    submits a failed attempt with a ``JobTimeout`` error through the
    executor's normal retry/backoff/dead logic, fenced by the lease token
    like every outcome. The job does not wait for the stuck code;
-3. the handler thread is interrupted: ``JobTimeout`` is raised in it
-   asynchronously (``PyThreadState_SetAsyncExc``). That stops Python code
-   at its next bytecode, but not a call blocked in C (``time.sleep``, a
-   socket read without a timeout) until the call returns;
-4. if the thread has still not returned ``grace`` seconds later, the
-   worker is told (``on_stuck``) and recycles itself: it stops claiming,
-   lets its other jobs finish, and exits with code 3 so that its process
-   manager starts a fresh one. A thread that returns in time goes back to
-   serving jobs.
+3. the handler thread is left alone. It keeps its slot until it returns:
+   a cooperative handler sees ``ctx.cancelled`` and stops, a blocking call
+   ends. A thread that returns goes back to serving jobs;
+4. if the thread has still not returned ``grace`` seconds after the
+   deadline, the worker is told (``on_stuck``) and recycles itself: it
+   stops claiming, lets its other jobs finish, and exits with code 3 so
+   that its process manager starts a fresh one. Python cannot kill a
+   thread; a new process is the only way to get the slot back.
 
-The interrupt is sent at most once per attempt, and only while the
-handler thread is still inside that attempt: ``end()`` (called by the
-handler thread when the handler has returned) clears one that was sent
-but not yet delivered. The thread must still tolerate one arriving in the
-few bytecodes between the handler's return and ``end()``; see
-``Worker._run_attempt``.
+Why the thread is never interrupted: an asynchronous exception
+(``PyThreadState_SetAsyncExc``) lands at any bytecode, including between a
+library's ``lock.acquire()`` and the ``try``/``finally`` that releases it.
+It did exactly that inside ``logging.Handler.handle``: the log handler's
+lock stayed owned by the interrupted thread, and the watchdog and the
+heartbeat thread blocked on it for ever, hanging the whole worker. Any
+lock or protocol state in any library a handler calls (psycopg, Django's
+connections) has the same hazard, and no code outside the handler can make
+it safe. Cancelling the attempt, recording it and recycling a process that
+stays stuck is slower to free a slot, but it cannot corrupt the process.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import sys
 import threading
@@ -44,7 +47,6 @@ from datetime import timezone as dt_timezone
 
 from .. import metrics
 from ..context import CancelFlag
-from ..exceptions import JobTimeout
 from .claimed import ClaimedJob
 from .executor import RetryPolicy, timed_out
 from .outcomes import Outcome
@@ -53,8 +55,9 @@ logger = logging.getLogger("django_durable_jobs.worker")
 
 # Attempt states.
 RUNNING = "running"
-TIMED_OUT = "timed_out"  # past its deadline, not yet interrupted
-INTERRUPTED = "interrupted"  # JobTimeout sent to its thread
+#: Past its deadline: cancelled, its job taken from it (when the worker still
+#: held it), its thread not returned yet. The grace counts from here.
+ABANDONED = "abandoned"
 ENDED = "ended"  # the handler returned
 
 #: Deepest stack of the handler thread kept in the JobTimeout error entry.
@@ -71,18 +74,6 @@ def effective_timeout(
     return None
 
 
-def interrupt_thread(thread_id: int, exc: type[BaseException] | None) -> int:
-    """Raise ``exc`` in thread ``thread_id`` at its next bytecode (``None``: clear a pending one).
-
-    Returns how many threads were affected (0: no such thread).
-    """
-    return int(
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(
-            ctypes.c_ulong(thread_id), None if exc is None else ctypes.py_object(exc)
-        )
-    )
-
-
 def thread_stack(thread_id: int) -> str:
     """Where thread ``thread_id`` is now, for the error history ("" if it is gone)."""
     frame = sys._current_frames().get(thread_id)
@@ -95,10 +86,10 @@ class Attempt:
     """One running attempt of a handler, as the watchdog sees it."""
 
     __slots__ = (
+        "abandoned_at",
         "cancel",
         "deadline",
         "deadline_at",
-        "interrupted_at",
         "job",
         "started",
         "state",
@@ -120,7 +111,7 @@ class Attempt:
         self.cancel = CancelFlag()
         self.thread_id = threading.get_ident()
         self.state = RUNNING
-        self.interrupted_at: float | None = None
+        self.abandoned_at: float | None = None
         self.stuck = False
 
 
@@ -133,8 +124,7 @@ class Watchdog:
     to give up on a job's running attempt (True when the worker still held
     it and now drops the handler's own outcome); ``submit`` hands an
     outcome to the completer; ``on_stuck`` is called once per attempt
-    whose thread did not return within ``grace``
-    seconds of its interrupt.
+    whose thread did not return within ``grace`` seconds of its deadline.
     """
 
     def __init__(
@@ -147,7 +137,6 @@ class Watchdog:
         take: Callable[[ClaimedJob], bool],
         submit: Callable[[Outcome], None],
         on_stuck: Callable[[Attempt], None],
-        interrupt: Callable[[int, type[BaseException] | None], int] = interrupt_thread,
     ) -> None:
         self.worker_id = worker_id
         self.policy = policy
@@ -156,13 +145,7 @@ class Watchdog:
         self._take = take
         self._submit = submit
         self._on_stuck = on_stuck
-        self._interrupt = interrupt
-        # The handler threads take the bare lock (``with self._lock``: a C-level
-        # acquire, which an asynchronous JobTimeout cannot split from the
-        # with-block's cleanup); only the watchdog's own thread, which is
-        # never interrupted, goes through the Condition's Python methods.
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        self._cond = threading.Condition()
         self._attempts: dict[uuid.UUID, Attempt] = {}
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="durable-jobs-watchdog", daemon=True)
@@ -176,37 +159,23 @@ class Watchdog:
         attempt = Attempt(
             job, effective_timeout(job.timeout, handler_timeout, self.default_timeout)
         )
-        with self._lock:
+        with self._cond:
             self._attempts[job.lease_token] = attempt
             if attempt.deadline is not None:
                 self._cond.notify_all()
         return attempt
 
     def end(self, job: ClaimedJob) -> None:
-        """The calling thread's attempt of ``job`` is over.
+        """The calling thread's attempt of ``job`` is over: its handler returned.
 
-        Safe against the watchdog's interrupt: once this returns, no
-        ``JobTimeout`` is pending or can be sent for the attempt. One that
-        arrives while this runs is absorbed and the work done again (every
-        step is idempotent; the attempt leaves the table last).
+        Also after its deadline: the thread is then free again, and the
+        attempt no longer counts towards a recycle.
         """
-        while True:
-            try:
-                with self._lock:
-                    attempt = self._attempts.get(job.lease_token)
-                    if attempt is None:
-                        return
-                    if attempt.state == INTERRUPTED:
-                        # Sent, maybe not delivered yet: clear it.
-                        self._interrupt(attempt.thread_id, None)
-                    attempt.state = ENDED
-                    attempt.cancel.set()
-                    del self._attempts[job.lease_token]
-                return
-            except JobTimeout:
-                # The interrupt arrived here rather than in the handler (at
-                # most once per attempt): go round again.
-                continue
+        with self._cond:
+            attempt = self._attempts.pop(job.lease_token, None)
+            if attempt is not None:
+                attempt.state = ENDED
+                attempt.cancel.set()
 
     # -- the worker's side ----------------------------------------------
 
@@ -236,7 +205,7 @@ class Watchdog:
             }
 
     def stuck(self) -> list[Attempt]:
-        """Attempts whose thread ignored its interrupt for longer than ``grace``."""
+        """Attempts whose thread has not returned ``grace`` seconds after their deadline."""
         with self._cond:
             return [a for a in self._attempts.values() if a.stuck]
 
@@ -253,7 +222,7 @@ class Watchdog:
                     continue
             for attempt, what in due:
                 try:
-                    if what == TIMED_OUT:
+                    if what == RUNNING:
                         self._time_out(attempt)
                     else:
                         self._report_stuck(attempt)
@@ -261,21 +230,22 @@ class Watchdog:
                     logger.exception("Watchdog error on job %s", attempt.job.id)
 
     def _due(self, now: float) -> tuple[list[tuple[Attempt, str]], float | None]:
-        """(attempts needing action now, when to look again). Called under the lock."""
+        """(attempts needing action now, with their state; when to look again).
+
+        Called under the lock.
+        """
         due: list[tuple[Attempt, str]] = []
         wake: float | None = None
         for attempt in self._attempts.values():
             if attempt.state == RUNNING and attempt.deadline is not None:
                 at = attempt.deadline
-                what = TIMED_OUT
-            elif attempt.state == INTERRUPTED and not attempt.stuck:
-                assert attempt.interrupted_at is not None
-                at = attempt.interrupted_at + self.grace
-                what = INTERRUPTED
+            elif attempt.state == ABANDONED and not attempt.stuck:
+                assert attempt.abandoned_at is not None
+                at = attempt.abandoned_at + self.grace
             else:
                 continue
             if now >= at:
-                due.append((attempt, what))
+                due.append((attempt, attempt.state))
             elif wake is None or at < wake:
                 wake = at
         return due, wake
@@ -284,40 +254,39 @@ class Watchdog:
         job = attempt.job
         with self._cond:
             if attempt.state != RUNNING:
-                return
-            attempt.state = TIMED_OUT
+                return  # the handler returned meanwhile
+            attempt.state = ABANDONED
+            attempt.abandoned_at = time.monotonic()
             attempt.cancel.set()
         elapsed = time.monotonic() - attempt.started
-        # The stack before the interrupt changes it: where the handler was stuck.
+        # Where the handler is stuck, for the error history.
         stack = thread_stack(attempt.thread_id)
-        if self._take(job):
-            outcome = timed_out(job, self.worker_id, self.policy, attempt.timeout, elapsed, stack)
-            self._submit(outcome)
-            self.timed_out += 1
-            if metrics.ENABLED:
-                metrics.record_finished(job, outcome.kind, elapsed)
-        with self._cond:
-            if attempt.state != TIMED_OUT:
-                return  # the handler returned meanwhile: nothing to interrupt
-            attempt.state = INTERRUPTED
-            attempt.interrupted_at = time.monotonic()
-            affected = self._interrupt(attempt.thread_id, JobTimeout)
+        if not self._take(job):
+            return  # no longer this worker's to record (finished, released, lease lost)
+        outcome = timed_out(job, self.worker_id, self.policy, attempt.timeout, elapsed, stack)
+        self._submit(outcome)
+        self.timed_out += 1
+        if metrics.ENABLED:
+            metrics.record_finished(job, outcome.kind, elapsed)
         logger.warning(
-            "Handler thread of job %s interrupted at its deadline (%ss) worker=%s%s",
-            job.id, attempt.timeout, self.worker_id, "" if affected else ": thread not found",
+            "Job %s type=%s ran past its time limit (%ss): attempt failed (%s); its handler "
+            "thread keeps its slot until it returns (at most %ss more before a recycle) "
+            "worker=%s",
+            job.id, job.type, attempt.timeout, outcome.kind, self.grace, self.worker_id,
             extra={"job_id": str(job.id), "job_type": job.type, "worker_id": self.worker_id},
         )  # fmt: skip
 
     def _report_stuck(self, attempt: Attempt) -> None:
         job = attempt.job
         with self._cond:
-            if attempt.state != INTERRUPTED or attempt.stuck:
+            if attempt.state != ABANDONED or attempt.stuck:
                 return
             attempt.stuck = True
         logger.error(
-            "Handler thread of job %s type=%s ignored its interrupt for %ss (blocked in C "
-            "code?): the worker stops claiming and will exit for a restart once its other "
-            "jobs finish worker=%s\n%s",
+            "Handler thread of job %s type=%s has not returned %ss after its time limit "
+            "(blocked without a timeout, or a loop that ignores ctx.cancelled?): the worker "
+            "stops claiming and will exit for a restart once its other jobs finish "
+            "worker=%s\n%s",
             job.id, job.type, self.grace, self.worker_id, thread_stack(attempt.thread_id),
             extra={"job_id": str(job.id), "job_type": job.type, "worker_id": self.worker_id},
         )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Time limits with real ``runjobworker`` processes: a Python spinner and a thread stuck in C."""
+"""Time limits with real ``runjobworker`` processes: Python spinners and a thread stuck in C."""
 
 from __future__ import annotations
 
@@ -35,15 +35,19 @@ def status(job: Job) -> str:
     return Job.objects.values_list("status", flat=True).get(pk=job.pk)
 
 
-def test_a_python_spinner_is_interrupted_and_the_worker_keeps_serving(workers: Workers) -> None:
-    # tests.spin declares timeout=1 and spins in pure Python for ever.
-    spinner = enqueue("tests.spin", max_attempts=1, priority=10).job
+def test_a_python_spinner_back_within_the_grace_and_the_worker_keeps_serving(
+    workers: Workers,
+) -> None:
+    # tests.spin declares timeout=1 and ignores ctx.cancelled; it spins for 2.5 s,
+    # within the 3 s grace past its deadline.
+    spinner = enqueue("tests.spin", {"spin": 2.5}, max_attempts=1, priority=10).job
     others = [enqueue("tests.record", {"i": i}).job for i in range(3)]
     proc = workers.start("--concurrency", "1", "--poll-interval", "0.2")
     wait_for(lambda: status(spinner) == JobStatus.DEAD, 60, "the spinner to fail at its limit")
-    # The only slot's thread was interrupted, and went back to serving jobs.
+    # The only slot's thread returned by itself and went back to serving jobs.
     wait_for(lambda: all(status(j) == JobStatus.COMPLETED for j in others), 60, "the next jobs")
-    assert proc.poll() is None, workers.output()  # no recycle: the thread came back
+    time.sleep(3.0)  # past the grace: a thread that returned is not stuck
+    assert proc.poll() is None, workers.output()  # no recycle
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0, workers.output()
 
@@ -52,18 +56,60 @@ def test_a_python_spinner_is_interrupted_and_the_worker_keeps_serving(workers: W
     assert entry["exception"] == TIMEOUT_PATH
     assert "time limit of 1 s" in entry["error"]
     assert "in spin" in entry["traceback"]
-    assert spinner.result is None
+    assert spinner.result is None  # its late outcome was dropped
+    spun_from = Execution.objects.get(job_id=spinner.pk).at
+    # Failed at the deadline, not when the thread returned.
+    assert (spinner.completed_at - spun_from).total_seconds() < 2.5
     for job in others:
-        assert Execution.objects.filter(job_id=job.pk).count() == 1
+        (execution,) = Execution.objects.filter(job_id=job.pk)
+        assert (execution.at - spun_from).total_seconds() >= 2.5  # the slot was held
     assert Execution.objects.filter(job_id=spinner.pk).count() == 1
-    assert "interrupted at its deadline" in workers.output()
+    output = workers.output()
+    assert "ran past its time limit" in output
+    assert "Late outcome of job" in output
+    assert "Recycling worker" not in output
+
+
+def test_a_python_spinner_that_never_returns_recycles_the_worker_after_its_other_jobs(
+    workers: Workers,
+) -> None:
+    # Spins in pure Python for ever, ignoring ctx.cancelled: 1 s limit, 3 s grace.
+    spinner = enqueue("tests.spin", max_attempts=1, priority=10).job
+    # In flight on the other slots when the worker decides to recycle (about 4 s in).
+    others = [enqueue("tests.record", {"sleep": 8, "i": i}).job for i in range(2)]
+    proc = workers.start("--concurrency", "3", "--poll-interval", "0.2")
+    started = time.monotonic()
+    try:
+        code = proc.wait(90)
+    except Exception:
+        raise AssertionError(f"the worker did not recycle\n{workers.output()}") from None
+    elapsed = time.monotonic() - started
+    assert code == EXIT_RECYCLE, workers.output()
+    assert elapsed >= 8  # it waited for its other jobs
+
+    spinner.refresh_from_db()
+    assert spinner.status == JobStatus.DEAD  # failed at its deadline, its last attempt
+    assert [e["exception"] for e in spinner.errors] == [TIMEOUT_PATH]
+    assert "in spin" in spinner.errors[0]["traceback"]
+    spun_from = Execution.objects.get(job_id=spinner.pk).at
+    assert (spinner.completed_at - spun_from).total_seconds() < 4
+    # The other in-flight jobs finished normally before the exit: none released,
+    # none lost, none run twice.
+    for job in others:
+        job.refresh_from_db()
+        assert (job.status, job.attempts) == (JobStatus.COMPLETED, 1), workers.output()
+        assert Execution.objects.filter(job_id=job.pk).count() == 1
+    assert not Job.objects.filter(status=JobStatus.RUNNING).exists()
+    output = workers.output()
+    assert "has not returned 3.0s after its time limit" in output
+    assert "Recycling worker" in output
 
 
 def test_a_thread_stuck_in_c_recycles_the_worker_after_its_other_jobs(workers: Workers) -> None:
-    # Blocks in time.sleep(120): the interrupt cannot reach it; 1 s limit, 1 s grace.
+    # Blocks in time.sleep(120); 1 s limit, 3 s grace.
     stuck = enqueue("tests.sleep_in_c", {"sleep": 120}, timeout=1, max_attempts=1, priority=10).job
-    # In flight on the other slots when the worker decides to recycle (about 2 s in).
-    others = [enqueue("tests.record", {"sleep": 5, "i": i}).job for i in range(2)]
+    # In flight on the other slots when the worker decides to recycle (about 4 s in).
+    others = [enqueue("tests.record", {"sleep": 8, "i": i}).job for i in range(2)]
     proc = workers.start("--concurrency", "3", "--poll-interval", "0.2")
     started = time.monotonic()
     try:
@@ -87,5 +133,5 @@ def test_a_thread_stuck_in_c_recycles_the_worker_after_its_other_jobs(workers: W
     assert Execution.objects.filter(job_id=stuck.pk).count() == 1
     assert not Job.objects.filter(status=JobStatus.RUNNING).exists()
     output = workers.output()
-    assert "ignored its interrupt" in output
+    assert "has not returned 3.0s after its time limit" in output
     assert "Recycling worker" in output

@@ -106,7 +106,9 @@ def sleep_in_c(ctx: JobContext) -> dict[str, Any]:
 def spin(ctx: JobContext) -> int:
     """Record the execution, then spin in pure Python for ``payload["spin"]`` s (default: for ever).
 
-    Ignores ``ctx.cancelled``: only the watchdog's interrupt stops it.
+    Ignores ``ctx.cancelled``, like a runaway loop: the watchdog fails the attempt
+    at the deadline but cannot stop the thread; only its own clock (or the
+    worker process's exit, after a recycle) does.
     """
     Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
     until = time.monotonic() + float(ctx.payload.get("spin", 1e9))

@@ -24,13 +24,7 @@ from django_durable_jobs.validation import build_spec, validate_timeout
 from django_durable_jobs.worker.claimed import ClaimedJob
 from django_durable_jobs.worker.executor import RetryPolicy, execute, timed_out
 from django_durable_jobs.worker.outcomes import Outcome
-from django_durable_jobs.worker.timeouts import (
-    ENDED,
-    INTERRUPTED,
-    Watchdog,
-    effective_timeout,
-    interrupt_thread,
-)
+from django_durable_jobs.worker.timeouts import ABANDONED, ENDED, Watchdog, effective_timeout
 
 POLICY = RetryPolicy(base=1.0, cap=10.0, jitter=0.0)
 
@@ -128,7 +122,8 @@ def test_job_timeout_is_exported_and_carries_the_limit() -> None:
     assert isinstance(JobTimeout(2), django_durable_jobs.DurableJobsError)
     assert JobTimeout(2.5).timeout == 2.5
     assert "2.5 s" in str(JobTimeout(2.5))
-    assert JobTimeout().timeout is None  # the asynchronous interrupt passes no argument
+    assert JobTimeout().timeout is None
+    assert str(JobTimeout()) == "the attempt ran past its time limit"
 
 
 # --- the effective limit ---------------------------------------------------------
@@ -263,7 +258,7 @@ def make_watchdog(recorder: Recorder | None = None, grace: float = 0.3, **kw: An
 
 
 def run_in_thread(watchdog: Watchdog, job: ClaimedJob, body: Any) -> dict[str, Any]:
-    """Run ``body(ctx_cancelled)`` as a handler thread would: begin, body, end."""
+    """Run ``body(attempt)`` as a handler thread would: begin, body, end."""
     state: dict[str, Any] = {"done": threading.Event()}
 
     def target() -> None:
@@ -271,7 +266,7 @@ def run_in_thread(watchdog: Watchdog, job: ClaimedJob, body: Any) -> dict[str, A
         state["attempt"] = attempt
         try:
             state["result"] = body(attempt)
-        except JobTimeout as exc:
+        except BaseException as exc:  # nothing may reach the thread from outside
             state["raised"] = exc
         finally:
             watchdog.end(job)
@@ -282,66 +277,128 @@ def run_in_thread(watchdog: Watchdog, job: ClaimedJob, body: Any) -> dict[str, A
     return state
 
 
-def spin_forever(attempt: Any) -> int:
-    count = 0
-    while True:
-        count += 1
+def wait_until(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
 
 
-def test_a_python_spinner_is_failed_then_interrupted_and_not_reported_stuck() -> None:
+def until_cancelled(attempt: Any) -> str:
+    """A cooperative handler body: polls its cancel flag, as ``ctx.cancelled`` does."""
+    while not attempt.cancel.is_set():
+        time.sleep(0.005)
+    return "stopped"
+
+
+class Spinner:
+    """A handler body spinning in pure Python, ignoring ``ctx.cancelled``, until released."""
+
+    def __init__(self) -> None:
+        self.released = False
+        self.spins = 0
+
+    def __call__(self, attempt: Any) -> int:
+        while not self.released:
+            self.spins += 1
+        return self.spins
+
+
+def test_a_spinner_is_failed_at_its_deadline_and_its_thread_left_alone() -> None:
     recorder = Recorder()
-    watchdog = make_watchdog(recorder)
+    watchdog = make_watchdog(recorder, grace=30)
     watchdog.start()
+    spinner = Spinner()
     try:
         job = claimed(timeout=0.2)
         started = time.monotonic()
-        state = run_in_thread(watchdog, job, spin_forever)
-        assert state["done"].wait(10), "the spinning thread was not interrupted"
-        assert 0.2 <= time.monotonic() - started < 5
-        assert isinstance(state["raised"], JobTimeout)
-        assert state["attempt"].state == ENDED
-        assert state["attempt"].cancel.is_set()
-        assert recorder.taken == [job.id]
+        state = run_in_thread(watchdog, job, spinner)
+        wait_until(lambda: recorder.submitted, 10, "the failed attempt")
+        assert time.monotonic() - started >= 0.2
         (outcome,) = recorder.submitted
         assert outcome.kind == "failed" and outcome.job_id == job.id
-        assert "spin_forever" in json.loads(outcome.error_entry_json)["traceback"]
-        time.sleep(0.5)  # past the grace: a thread that returned is not stuck
-        assert recorder.stuck == []
+        entry = json.loads(outcome.error_entry_json)
+        assert entry["exception"] == "django_durable_jobs.exceptions.JobTimeout"
+        assert "in __call__" in entry["traceback"]  # where the spinner was at the deadline
+        attempt = state["attempt"]
+        assert attempt.state == ABANDONED and attempt.cancel.is_set()
+        assert recorder.taken == [job.id]
+        # Nothing is raised in the thread: it keeps spinning, within the grace.
+        spins = spinner.spins
+        time.sleep(0.5)
+        assert not state["done"].is_set() and spinner.spins > spins
+        assert recorder.stuck == [] and watchdog.stuck() == []
+        spinner.released = True
+        assert state["done"].wait(10)
+        assert "raised" not in state and state["result"] == spinner.spins
+        assert attempt.state == ENDED
         assert watchdog.deadlines() == {}
+        assert len(recorder.submitted) == 1
     finally:
+        spinner.released = True
         watchdog.stop()
 
 
-def test_a_thread_blocked_in_c_is_reported_stuck_after_the_grace() -> None:
+def test_a_cooperative_handler_sees_cancelled_and_returns_within_the_grace() -> None:
     recorder = Recorder()
-    watchdog = make_watchdog(recorder, grace=0.3)
+    watchdog = make_watchdog(recorder, grace=0.5)
     watchdog.start()
     try:
-        job = claimed(timeout=0.1)
-        state = run_in_thread(watchdog, job, lambda attempt: time.sleep(1.5))
-        assert recorder.stuck_event.wait(5), "the blocked thread was not reported"
-        assert recorder.stuck == [job.id]
-        assert not state["done"].is_set()
-        assert [a.job.id for a in watchdog.stuck()] == [job.id]
-        assert len(recorder.submitted) == 1  # the attempt failed at the deadline, once
-        # When time.sleep returns, the pending interrupt is delivered (in the
-        # body, or absorbed by end()) and the thread goes on.
-        assert state["done"].wait(5)
-        assert "result" not in state
-        assert watchdog.stuck() == []
+        state = run_in_thread(watchdog, claimed(timeout=0.1), until_cancelled)
+        assert state["done"].wait(10)
+        assert state["result"] == "stopped"
+        assert [o.kind for o in recorder.submitted] == ["failed"]
+        time.sleep(0.8)  # past the grace: a thread that returned is not stuck
+        assert recorder.stuck == [] and watchdog.stuck() == []
     finally:
         watchdog.stop()
 
 
-def test_an_attempt_the_worker_no_longer_owns_is_interrupted_but_not_recorded() -> None:
+@pytest.mark.parametrize("blocked_in", ["python", "c"])
+def test_a_thread_not_back_within_the_grace_is_reported_stuck_once(blocked_in: str) -> None:
+    recorder = Recorder()
+    watchdog = make_watchdog(recorder, grace=0.4)
+    watchdog.start()
+    spinner = Spinner()
+    slept = threading.Event()
+    body = spinner if blocked_in == "python" else lambda attempt: slept.wait(30)
+    try:
+        job = claimed(timeout=0.2)
+        started = time.monotonic()
+        state = run_in_thread(watchdog, job, body)
+        assert recorder.stuck_event.wait(10), "the busy thread was not reported"
+        # The grace counts from the deadline.
+        assert time.monotonic() - started >= 0.2 + 0.4
+        assert recorder.stuck == [job.id]
+        assert [a.job.id for a in watchdog.stuck()] == [job.id]
+        assert not state["done"].is_set()
+        assert len(recorder.submitted) == 1  # the attempt failed at the deadline, once
+        time.sleep(0.5)
+        assert recorder.stuck == [job.id]  # reported once
+        # When the thread returns at last, it goes on; the attempt is no longer stuck.
+        spinner.released = True
+        slept.set()
+        assert state["done"].wait(10)
+        assert "raised" not in state
+        assert watchdog.stuck() == []
+    finally:
+        spinner.released = True
+        slept.set()
+        watchdog.stop()
+
+
+def test_an_attempt_the_worker_no_longer_owns_is_cancelled_but_not_recorded() -> None:
     recorder = Recorder(owned=False)  # say, its lease was lost
     watchdog = make_watchdog(recorder)
     watchdog.start()
     try:
-        state = run_in_thread(watchdog, claimed(timeout=0.1), spin_forever)
+        job = claimed(timeout=0.1)
+        state = run_in_thread(watchdog, job, until_cancelled)
         assert state["done"].wait(10)
+        assert recorder.taken == [job.id]
         assert recorder.submitted == []
-        assert isinstance(state["raised"], JobTimeout)
+        assert watchdog.timed_out == 0
     finally:
         watchdog.stop()
 
@@ -360,21 +417,16 @@ def test_a_handler_that_returns_in_time_is_left_alone() -> None:
         watchdog.stop()
 
 
-def test_end_clears_an_interrupt_sent_but_not_yet_delivered() -> None:
-    calls: list[tuple[int, Any]] = []
-
-    def fake_interrupt(thread_id: int, exc: Any) -> int:
-        calls.append((thread_id, exc))
-        return 1
-
-    watchdog = make_watchdog(interrupt=fake_interrupt)
+def test_end_forgets_the_attempt_and_cancels_its_context() -> None:
+    watchdog = make_watchdog()
     job = claimed(timeout=60)
     attempt = watchdog.begin(job, None)
-    attempt.state = INTERRUPTED  # as if the watchdog had just sent it
+    assert watchdog.deadlines() == {job.lease_token: attempt.deadline}
     watchdog.end(job)
-    assert calls == [(threading.get_ident(), None)]
-    assert attempt.state == ENDED
+    assert attempt.state == ENDED and attempt.cancel.is_set()
     assert watchdog.deadlines() == {}
+    watchdog.end(job)  # again: nothing left to do
+    assert attempt.state == ENDED
 
 
 def test_cancel_sets_the_flag_of_running_attempts() -> None:
@@ -385,7 +437,3 @@ def test_cancel_sets_the_flag_of_running_attempts() -> None:
     watchdog.cancel({job.id, uuid.uuid4()})
     assert attempt.cancel.is_set()
     watchdog.end(job)
-
-
-def test_interrupt_thread_reaches_only_the_given_thread() -> None:
-    assert interrupt_thread(0, None) == 0  # no such thread: nothing happens
