@@ -126,7 +126,17 @@ def execute(
     except Retry as exc:
         return _retry(job, worker_id, policy, exc, started, log_fields, requested=exc.after)
     except Exception as exc:
-        return _retry(job, worker_id, policy, exc, started, log_fields, requested=None)
+        # The worker gave up on the attempt before the handler stopped (time
+        # limit, lost lease, end of the shutdown grace): the job was taken
+        # first, so this outcome is dropped; the watchdog or the shutdown
+        # logged and recorded what happened to the job. No "Job retry" line.
+        quiet = attempt is not None and attempt.cancel.is_set()
+        if quiet:
+            logger.info(
+                "Handler of job %s type=%s stopped after the worker gave up on attempt %s: %s",
+                job.id, job.type, job.attempt, type(exc).__name__, extra=log_fields,
+            )  # fmt: skip
+        return _retry(job, worker_id, policy, exc, started, log_fields, requested=None, quiet=quiet)
     except BaseException as exc:  # KeyboardInterrupt, SystemExit: not the job's failure
         logger.warning(
             "Handler raised %s id=%s type=%s attempt=%s worker=%s: giving the job back and "
@@ -258,6 +268,7 @@ def _retry(
     log_fields: dict[str, object],
     requested: timedelta | float | datetime | None,
     traceback_text: str | None = None,
+    quiet: bool = False,
 ) -> Outcome:
     duration = time.perf_counter() - started
     message, path, tb = _describe(exc)
@@ -265,6 +276,8 @@ def _retry(
         tb = f"{traceback_text[-MAX_TRACEBACK_CHARS:]}{path}: {exc}"
     fields = {**log_fields, "duration": duration, "error": message}
     if job.attempt >= job.max_attempts:
+        if quiet:
+            return _dead(job, worker_id, message, path, tb)
         logger.error(
             "Job dead id=%s type=%s attempt=%s/%s worker=%s duration=%.3f: %s",
             job.id, job.type, job.attempt, job.max_attempts, worker_id, duration, message,
@@ -274,11 +287,12 @@ def _retry(
     run_at, delay = _requested_schedule(requested, job)
     if run_at is None and delay is None:
         delay = retry_delay(job.attempt, base=policy.base, cap=policy.cap, jitter=policy.jitter)
-    logger.warning(
-        "Job retry id=%s type=%s attempt=%s/%s worker=%s duration=%.3f in=%s: %s",
-        job.id, job.type, job.attempt, job.max_attempts, worker_id, duration,
-        run_at.isoformat() if run_at else f"{delay:.3f}s", message, extra=fields,
-    )  # fmt: skip
+    if not quiet:
+        logger.warning(
+            "Job retry id=%s type=%s attempt=%s/%s worker=%s duration=%.3f in=%s: %s",
+            job.id, job.type, job.attempt, job.max_attempts, worker_id, duration,
+            run_at.isoformat() if run_at else f"{delay:.3f}s", message, extra=fields,
+        )  # fmt: skip
     return Outcome(
         job.id,
         job.lease_token,

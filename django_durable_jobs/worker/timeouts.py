@@ -257,11 +257,14 @@ class Watchdog:
                 return  # the handler returned meanwhile
             attempt.state = ABANDONED
             attempt.abandoned_at = time.monotonic()
-            attempt.cancel.set()
         elapsed = time.monotonic() - attempt.started
         # Where the handler is stuck, for the error history.
         stack = thread_stack(attempt.thread_id)
-        if not self._take(job):
+        taken = self._take(job)
+        # Only now: a handler that sees ctx.cancelled has had its job taken
+        # (its outcome is dropped), so the executor need not log a retry for it.
+        attempt.cancel.set()
+        if not taken:
             return  # no longer this worker's to record (finished, released, lease lost)
         outcome = timed_out(job, self.worker_id, self.policy, attempt.timeout, elapsed, stack)
         self._submit(outcome)

@@ -150,6 +150,27 @@ def test_a_cooperative_handler_times_out_is_retried_with_backoff_then_dead() -> 
     assert job.result is None
 
 
+def test_one_log_line_per_attempt_when_the_watchdog_takes_the_job_first(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The handler raises JobTimeout only after the watchdog took the job:
+    # the watchdog's "Job retry"/"Job dead" line is the attempt's only one.
+    job = enqueue("tests.stops_when_cancelled", timeout=0.3, max_attempts=2).job
+    caplog.set_level("INFO", logger="django_durable_jobs.worker")
+    running = Running()
+    try:
+        wait_for(finished(job.pk), 30, "the job to go dead")
+    finally:
+        assert running.stop() == EXIT_OK
+    job.refresh_from_db()
+    assert job.status == JobStatus.DEAD and job.attempts == 2
+    assert [e["exception"] for e in job.errors] == [TIMEOUT_PATH] * 2
+    lines = [r.getMessage() for r in caplog.records if str(job.pk) in r.getMessage()]
+    outcomes = [m for m in lines if m.startswith(("Job retry", "Job dead"))]
+    assert len(outcomes) == 2, lines
+    assert sum("stopped after the worker gave up" in m for m in lines) == 2, lines
+
+
 def test_a_spinner_back_within_the_grace_keeps_its_slot_then_serves_the_next_job() -> None:
     # tests.spin (timeout=1) ignores ctx.cancelled and spins in pure Python for
     # 4 s: the watchdog fails it at 1 s and leaves the thread alone; the thread

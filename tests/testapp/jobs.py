@@ -118,6 +118,20 @@ def spin(ctx: JobContext) -> int:
     return count
 
 
+@job("tests.stops_when_cancelled")
+def stops_when_cancelled(ctx: JobContext) -> None:
+    """Wait until the worker gives up on the attempt (not the deadline alone), then ``check()``.
+
+    Forces the path where the watchdog takes the job before the handler
+    raises ``JobTimeout``: the handler's own outcome is then dropped.
+    """
+    cancel = ctx._cancel
+    assert cancel is not None, "runs under a worker's watchdog"
+    while not cancel.is_set():
+        time.sleep(0.01)
+    ctx.check()
+
+
 @job("tests.cooperative")
 def cooperative(ctx: JobContext) -> dict[str, Any]:
     """Record the execution, then work in small steps, calling ``ctx.check()`` between them."""
