@@ -152,6 +152,30 @@ def tick_from_key(key: str | None) -> datetime | None:
         return None
 
 
+#: ``missed_tick_count`` stops counting cron ticks here (then says ``"1000+"``).
+MISSED_COUNT_LIMIT = 1000
+
+
+def missed_tick_count(schedule: Schedule, first: datetime, before: datetime) -> str:
+    """How many ticks fall in ``[first, before)``, as text for a log line.
+
+    Exact by arithmetic for intervals; cron ticks are counted one by one,
+    up to ``MISSED_COUNT_LIMIT`` (a week of every-minute ticks is 10,080).
+    """
+    if first >= before:
+        return "0"
+    if schedule.every is not None:
+        step = schedule.every.total_seconds()
+        return str(math.ceil((before - first).total_seconds() / step))
+    count, tick = 0, first
+    while tick is not None and tick < before:
+        count += 1
+        if count >= MISSED_COUNT_LIMIT:
+            return f"{MISSED_COUNT_LIMIT}+"
+        tick = schedule.next_tick(tick)
+    return str(count)
+
+
 def due_tick(
     latest: datetime | None,
     *,

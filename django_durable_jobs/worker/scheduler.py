@@ -27,7 +27,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ..exceptions import DurableJobsError, IdempotencyConflict
-from ..schedules import Schedule, due_tick, load_schedules
+from ..schedules import Schedule, due_tick, load_schedules, missed_tick_count
 
 if TYPE_CHECKING:
     from ..models import ScheduleState
@@ -148,9 +148,34 @@ class Scheduler:
             )
             if tick is not None and self._enqueue(schedule, tick, now):
                 enqueued[name] = tick
+                self._report_missed(schedule, state.last_tick, tick)
             # Decided, whatever the decision: not looked at again.
             self._known[name] = latest
         return enqueued
+
+    def _report_missed(
+        self, schedule: Schedule, last_tick: datetime | None, tick: datetime
+    ) -> None:
+        """Say so when ticks between the last one enqueued and ``tick`` were not run.
+
+        The policy only ever runs the latest tick, whether the gap came from
+        downtime or from this worker being late (a stalled host, a slow
+        commit): with an interval of a few seconds the second can happen
+        while everything runs. Only the worker that created the tick's job
+        logs it, so N workers do not say it N times.
+        """
+        if last_tick is None:
+            return
+        first = schedule.next_tick(last_tick)
+        if first is None or first >= tick:
+            return
+        count = missed_tick_count(schedule, first, tick)
+        logger.warning(
+            "Schedule %s missed %s tick(s) from %s (the last before %s); "
+            "only the latest was enqueued (missed=%s)",
+            schedule.name, count, first.isoformat(), tick.isoformat(), schedule.missed,
+            extra={"schedule": schedule.name, "worker_id": self.worker_id},
+        )  # fmt: skip
 
     def _states(self, schedules: list[Schedule], now: datetime) -> dict[str, ScheduleState]:
         """Each schedule's state row, created (first seen: now) when missing.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import threading
 import time
 from datetime import datetime, timedelta
@@ -110,7 +111,10 @@ def test_a_handlers_queue_applies_to_its_scheduled_jobs(clean_registry: None) ->
 # -- missed ticks ---------------------------------------------------------------
 
 
-def test_after_a_long_downtime_latest_enqueues_one_catch_up_job() -> None:
+def test_after_a_long_downtime_latest_enqueues_one_catch_up_job(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="django_durable_jobs.worker")
     hourly = Schedule("tests.hourly", "tests.record", cron="0 * * * *", timezone="UTC")
     now = timezone.now()
     long_ago = now - timedelta(days=3)
@@ -124,6 +128,35 @@ def test_after_a_long_downtime_latest_enqueues_one_catch_up_job() -> None:
     latest = now.replace(minute=0, second=0, microsecond=0)
     assert list(Job.objects.values_list("available_at", flat=True)) == [latest]
     assert ScheduleState.objects.get(name="tests.hourly").last_tick == latest
+    # Said once, by the scheduler that enqueued the catch-up: 71 hourly ticks
+    # lie strictly between the last tick three days ago and the latest.
+    missed = [r.getMessage() for r in caplog.records if "missed" in r.getMessage()]
+    assert len(missed) == 1
+    assert missed[0].startswith("Schedule tests.hourly missed 71 tick(s) from ")
+
+
+def test_a_scheduler_that_wakes_late_runs_the_latest_tick_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="django_durable_jobs.worker")
+    every = Schedule("tests.every", "tests.record", every=timedelta(seconds=1))
+    start = timezone.now().replace(microsecond=0)
+    runner = scheduler(every)
+    assert runner.run_once(start + timedelta(milliseconds=5)) == {"tests.every": start}
+    assert runner.run_once(start + timedelta(seconds=1, milliseconds=5)) == {
+        "tests.every": start + timedelta(seconds=1)
+    }
+    assert not [r for r in caplog.records if "missed" in r.getMessage()]
+    # A stall of 2.5 s: the ticks at +2 s and +3 s passed unseen; +4 s runs.
+    late = start + timedelta(seconds=4, milliseconds=500)
+    assert runner.run_once(late) == {"tests.every": start + timedelta(seconds=4)}
+    [message] = [r.getMessage() for r in caplog.records if "missed" in r.getMessage()]
+    assert message == (
+        f"Schedule tests.every missed 2 tick(s) from {(start + timedelta(seconds=2)).isoformat()}"
+        f" (the last before {(start + timedelta(seconds=4)).isoformat()});"
+        " only the latest was enqueued (missed=latest)"
+    )
+    assert Job.objects.count() == 3
 
 
 def test_after_a_long_downtime_skip_enqueues_nothing_until_the_next_tick() -> None:
@@ -237,13 +270,24 @@ def run_worker(seconds: float, **options: Any) -> Worker:
     return worker
 
 
-def test_a_worker_enqueues_and_runs_each_tick(every_second: None) -> None:
+def test_a_worker_enqueues_and_runs_each_tick(
+    every_second: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="django_durable_jobs.worker")
     run_worker(5)
     jobs = list(Job.objects.filter(type="tests.sched_tick").order_by("available_at"))
     ticks = [j.available_at for j in jobs]
     assert len(ticks) >= 3
-    # One job per second, no gap, no duplicate.
-    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(ticks))
+    # One job per tick, on whole seconds, no duplicate.
+    assert all(t.microsecond == 0 for t in ticks)
+    assert all(b > a for a, b in itertools.pairwise(ticks))
+    # No silent gap: a tick is skipped only when the scheduler woke more than
+    # a second late (a stalled CI host), and then it says so.
+    missed = [r.getMessage() for r in caplog.records if "missed" in r.getMessage()]
+    for a, b in itertools.pairwise(ticks):
+        if b - a != timedelta(seconds=1):
+            first = (a + timedelta(seconds=1)).isoformat()
+            assert any(f"from {first} (the last before {b.isoformat()})" in m for m in missed)
     done = [j for j in jobs if j.status == JobStatus.COMPLETED]
     assert done and done[0].result == {"tick": str(done[0].available_at)}
     state = ScheduleState.objects.get(name="tests.sched_tick")

@@ -13,11 +13,13 @@ from django_durable_jobs import job
 from django_durable_jobs.exceptions import InvalidSchedule
 from django_durable_jobs.registry import registry
 from django_durable_jobs.schedules import (
+    MISSED_COUNT_LIMIT,
     MISSED_TICK_GRACE,
     NAME_MAX_LENGTH,
     Schedule,
     due_tick,
     load_schedules,
+    missed_tick_count,
     schedule_for_job,
     schedule_from_entry,
     tick_from_key,
@@ -389,3 +391,24 @@ def test_load_schedules_merges_code_and_settings(clean_registry: None) -> None:
     assert len(messages) == 2
     assert messages[0].startswith("Schedule 'c.broken': 'nope' is not a cron expression")
     assert "already the schedule of @job handler 'unit.coded'" in messages[1]
+
+
+# -- counting missed ticks for the log line ----------------------------------
+
+
+def test_missed_tick_count_for_intervals_is_exact() -> None:
+    every = Schedule("s", "t", every=timedelta(seconds=5))
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    assert missed_tick_count(every, start, start) == "0"
+    assert missed_tick_count(every, start, start + timedelta(seconds=5)) == "1"
+    assert missed_tick_count(every, start, start + timedelta(seconds=25)) == "5"
+
+
+def test_missed_tick_count_for_cron_counts_and_stops_at_the_limit() -> None:
+    hourly = Schedule("s", "t", cron="0 * * * *", timezone="UTC")
+    start = datetime(2026, 1, 1, 1, tzinfo=UTC)
+    assert missed_tick_count(hourly, start, start + timedelta(hours=3)) == "3"
+    minutely = Schedule("s", "t", cron="* * * * *", timezone="UTC")
+    assert missed_tick_count(minutely, start, start + timedelta(days=7)) == (
+        f"{MISSED_COUNT_LIMIT}+"
+    )
