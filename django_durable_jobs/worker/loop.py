@@ -605,12 +605,20 @@ class Worker:
             self._sleep(0.1)
 
     def _leases_lost(self, lost: set[uuid.UUID]) -> None:
-        self.watchdog.cancel(lost)
+        """Heartbeat: these held jobs' leases could not be extended.
+
+        Only a job whose handler still runs has really lost its lease here.
+        One whose handler has returned has its outcome with the completer:
+        that write may itself be why the extension missed the row (the
+        heartbeat raced the commit), and if the lease was in fact reaped the
+        completer's fenced write says so. Either way its ``_held`` entry is
+        the completer callback's to drop.
+        """
         with self._lock:
+            lost = {job_id for job_id in lost if self._held.get(job_id) in self._running}
             for job_id in lost:
-                token = self._held.pop(job_id, None)
-                if token in self._running:
-                    self._abandoned.add(token)
+                self._abandoned.add(self._held.pop(job_id))
+        self.watchdog.cancel(lost)
         for job_id in lost:
             logger.warning(
                 "Lease lost for job %s: it was reaped; this worker's outcome will not be "

@@ -464,3 +464,27 @@ def test_call_command_options_are_validated_like_the_command_line() -> None:
     enqueue("tests.record", queue="emails")
     call_command("runjobworker", burst=True, queues="emails,default", concurrency="2")
     assert Job.objects.get().status == JobStatus.COMPLETED
+
+
+def test_a_lease_that_missed_its_extension_only_because_the_job_finished_is_not_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The heartbeat can look between the completer's commit and its callback.
+
+    A held job whose handler has returned is the completer's: no "Lease lost"
+    warning for it, and it stays held until the completer's callback. A job
+    whose handler still runs has lost its lease: abandoned, one warning.
+    """
+    finished_id, finished_token = uuid.uuid4(), uuid.uuid4()
+    running_id, running_token = uuid.uuid4(), uuid.uuid4()
+    worker = Worker(config())
+    worker._held = {finished_id: finished_token, running_id: running_token}
+    worker._running = {running_token: object()}  # type: ignore[dict-item]
+    caplog.set_level("WARNING", logger="django_durable_jobs.worker")
+    worker._leases_lost({finished_id, running_id})
+    assert worker._held == {finished_id: finished_token}
+    assert worker._abandoned == {running_token}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Lease lost for job {running_id}: it was reaped; this worker's outcome will not be "
+        "recorded"
+    ]
