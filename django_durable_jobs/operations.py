@@ -8,6 +8,7 @@ separated by a worker's claim.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ from django.db.models.functions import Now
 from . import db
 from .exceptions import DurableJobsError
 from .models import Job, JobStatus
+from .tasks_bridge import announce_finished
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +99,10 @@ def _apply(operation: str, job_ids: Iterable[uuid.UUID | str], using: str | None
                 )
                 db.notify(alias, queues)
         skipped = matching.filter(~Q(pk__in=changed)).count() if len(changed) < len(ids) else 0
+        if operation == "cancel" and changed:
+            # Cancelled Django tasks read as FAILED: tell task_finished's
+            # receivers, once the cancel is committed (the caller's, if any).
+            transaction.on_commit(functools.partial(announce_finished, changed, alias), alias)
     for job_id in changed:
         logger.info("Job %s id=%s", _PAST[operation], job_id, extra={"job_id": str(job_id)})
     return BulkResult(changed=changed, skipped=skipped)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import uuid
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import django
@@ -105,6 +107,8 @@ def run_task(task: Task, backend: BaseTaskBackend, ctx: JobContext) -> dict[str,
             # effects. Django's backends fail such a task; so do we, at once.
             raise Discard(f"Task {task.module_path} returned an unstorable value: {exc}") from None
     except Exception as exc:
+        if _given_up(ctx):
+            raise  # the worker recorded this attempt already, or gave the job back
         if isinstance(exc, Discard) or ctx.attempt >= ctx.max_attempts:
             mark_finished(
                 task_result,
@@ -114,6 +118,64 @@ def run_task(task: Task, backend: BaseTaskBackend, ctx: JobContext) -> dict[str,
             # Inside the except block: Django's own receiver logs exc_info.
             send_signal(task_finished, type(backend), task_result)
         raise
-    mark_finished(task_result, TaskResultStatus.SUCCESSFUL, _return_value=value)
-    send_signal(task_finished, type(backend), task_result)
+    if not _given_up(ctx):
+        mark_finished(task_result, TaskResultStatus.SUCCESSFUL, _return_value=value)
+        send_signal(task_finished, type(backend), task_result)
     return {"return_value": value, "worker_id": ctx.worker_id}
+
+
+def _given_up(ctx: JobContext) -> bool:
+    """Whether the worker took this attempt from its function.
+
+    The flag is set at the time limit (after the watchdog recorded the
+    failure, which announces itself), when the lease is lost, or when a
+    shutdown gave the job back: the function's late outcome is dropped, so
+    its ``task_finished`` would tell receivers something the row does not say.
+    """
+    flag = ctx._cancel
+    return flag is not None and flag.is_set()
+
+
+def announce_finished(job_ids: Collection[uuid.UUID], alias: str) -> None:
+    """Send ``task_finished`` for tasks that reached a final state without their function.
+
+    Called after the row is committed: by ``cancel`` (``cancelled`` reads as
+    ``FAILED``), by the reaper (a task whose last lease expired goes
+    ``dead``) and by the worker for a last attempt failed at its time limit.
+    A task whose module no longer imports cannot be described by a
+    ``TaskResult`` and is skipped (logged). Never raises: the state change
+    it reports has happened whatever a receiver does.
+    """
+    if not TASKS_AVAILABLE or not job_ids:
+        return
+    from django.tasks.signals import task_finished
+
+    from .models import Job, JobStatus
+    from .tasks_results import build_result, is_task_payload, resolve_task, send_signal
+
+    try:
+        rows = list(
+            Job.objects.using(alias).filter(
+                pk__in=list(job_ids),
+                status__in=[JobStatus.DEAD, JobStatus.CANCELLED],
+                payload__has_keys=["args", "kwargs", "backend"],
+            )
+        )
+    except Exception:
+        logger.exception("task_finished not sent for %s job(s): could not read them", len(job_ids))
+        return
+    for job in rows:
+        if not is_task_payload(job.payload):
+            continue
+        try:
+            task = resolve_task(job.type)
+            backend = _durable_backend(job.payload["backend"])
+            if task is None or backend is None:
+                continue
+            task_result = build_result(job, task, backend.alias)
+        except Exception:
+            logger.warning(
+                "task_finished not sent for job %s (%s)", job.pk, job.type, exc_info=True
+            )
+            continue
+        send_signal(task_finished, type(backend), task_result)

@@ -196,10 +196,14 @@ def timed_out(
     }
     exc = JobTimeout(timeout)
     tb = f"Handler thread at the deadline (most recent call last):\n{stack}" if stack else None
-    return _retry(
+    outcome = _retry(
         job, worker_id, policy, exc, time.perf_counter() - elapsed, fields, requested=None,
         traceback_text=tb,
     )  # fmt: skip
+    if outcome.kind == "dead" and job.type not in registry:
+        # Perhaps a Django task: it is told once the row says dead.
+        outcome = outcome._replace(announce=True)
+    return outcome
 
 
 def _requested_schedule(

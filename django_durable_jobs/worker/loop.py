@@ -33,6 +33,7 @@ from django.db import DatabaseError, connections
 
 from .. import db, metrics
 from ..conf import jobs_settings
+from ..tasks_bridge import announce_finished
 from .claimed import ClaimedJob
 from .completer import Completer
 from .executor import RetryPolicy, StopWorker, execute, internal_error
@@ -556,6 +557,9 @@ class Worker:
                 if self._retry_due is None or due < self._retry_due:
                     self._retry_due = due
                 self._wake_locked()
+        announce = [o.job_id for o in outcomes if o.announce and o.job_id in written]
+        if announce:
+            announce_finished(announce, self.config.alias)
         if metrics.ENABLED and len(written) < len(outcomes):
             metrics.record_unrecorded(
                 sum(1 for o in outcomes if o.job_id not in written and o.kind != "released")

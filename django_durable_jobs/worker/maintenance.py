@@ -28,6 +28,8 @@ from django.db import DatabaseError, connections
 
 from .. import db, metrics, pruning
 from ..conf import jobs_settings
+from ..registry import registry
+from ..tasks_bridge import announce_finished
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -185,6 +187,10 @@ class Maintenance:
                 },
             )  # fmt: skip
         metrics.record_reaped(len(rows))
+        # Django tasks (no @job handles their type) that the reaper killed.
+        dead = [row[0] for row in rows if row[2] == "dead" and row[1] not in registry]
+        if dead:
+            announce_finished(dead, self._alias)
         return len(rows)
 
     def prune(self) -> int | None:

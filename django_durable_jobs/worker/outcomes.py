@@ -22,6 +22,10 @@ class Outcome(NamedTuple):
     release: bool = False
     #: For logs and metrics only; not written.
     kind: str = "completed"
+    #: Not written either: once written, send Django's ``task_finished`` for
+    #: it (a task's last attempt failed at its time limit: its function,
+    #: which announces its own outcomes, did not return).
+    announce: bool = False
 
     def json_row(self) -> str:
         """One row of ``finish_jobs``' JSON document."""

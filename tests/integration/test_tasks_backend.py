@@ -8,6 +8,7 @@ Workers run in this process on the test database, hence
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -182,6 +183,62 @@ def test_a_cancelled_task_reads_as_failed() -> None:
     result = tasks.add.enqueue(1, 1)
     cancel(uuid.UUID(result.id))
     assert tasks.add.get_result(result.id).status == TaskResultStatus.FAILED
+
+
+def test_cancelling_a_task_sends_task_finished_after_the_commit() -> None:
+    from django_durable_jobs.operations import cancel, cancel_many
+
+    first = tasks.add.enqueue(1, 1)
+    rolled_back = tasks.add.enqueue(2, 2)
+    plain = enqueue("tests.record").job
+    with Signals() as signals:
+        with transaction.atomic():
+            cancel(uuid.UUID(first.id))
+            assert signals.seen == []  # not before the commit
+        with pytest.raises(RuntimeError), transaction.atomic():
+            cancel(uuid.UUID(rolled_back.id))
+            raise RuntimeError("rolled back")
+        assert signals.names(first.id) == [("finished", TaskResultStatus.FAILED, 0)]
+        assert signals.names(rolled_back.id) == []
+        # A bulk cancel of a task and a plain job: one signal, for the task.
+        assert len(cancel_many([uuid.UUID(rolled_back.id), plain.pk]).changed) == 2
+        assert [i for _, i, _, _ in signals.seen] == [first.id, rolled_back.id]
+
+
+def test_a_task_the_reaper_kills_sends_task_finished() -> None:
+    from django_durable_jobs.worker.maintenance import Maintenance
+
+    with task_options(max_attempts=1):
+        result = tasks.add.enqueue(1, 2)
+    Job.objects.filter(pk=result.id).update(
+        status=JobStatus.RUNNING, attempts=1, started_at=timezone.now(),
+        lease_holder="gone", lease_token=uuid.uuid4(),
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )  # fmt: skip
+    reaper = Maintenance("default", "reaper", 30.0, dict, lambda lost: None, (0.01, 0.05, 0), 20)
+    with Signals() as signals:
+        assert reaper.reap() == 1
+    assert signals.names(result.id) == [("finished", TaskResultStatus.FAILED, 1)]
+    assert tasks.add.get_result(result.id).status == TaskResultStatus.FAILED
+
+
+def test_a_task_failed_at_its_time_limit_sends_task_finished_once() -> None:
+    """The watchdog's failure is announced; the function's late return is not."""
+    with task_options(max_attempts=1):
+        result = tasks.nap.enqueue(1.0)
+    limits = {"TIMEOUT_SECONDS": 0.3, "TIMEOUT_GRACE_SECONDS": 30}
+    with override_settings(DURABLE_JOBS=limits), Signals() as signals:
+        burst()
+        assert Job.objects.get(pk=result.id).status == JobStatus.DEAD
+        assert signals.names(result.id) == [
+            ("started", TaskResultStatus.RUNNING, 1),
+            ("finished", TaskResultStatus.FAILED, 1),
+        ]
+        time.sleep(1.2)  # the function returns meanwhile: nothing more is sent
+        assert signals.names(result.id)[-1] == ("finished", TaskResultStatus.FAILED, 1)
+        assert len(signals.names(result.id)) == 2
+    done = tasks.nap.get_result(result.id)
+    assert done.errors[-1].exception_class_path == "django_durable_jobs.exceptions.JobTimeout"
 
 
 def test_an_unstorable_return_value_fails_the_task_without_a_retry() -> None:

@@ -7,6 +7,7 @@ tests count runs exactly and see the attempt and worker of each.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -55,6 +56,13 @@ def fail_until(context: TaskContext, succeed_on: int) -> dict[str, Any]:
         "worker_ids": context.task_result.worker_ids,
         "errors": len(context.task_result.errors),
     }
+
+
+@task
+def nap(seconds: float) -> str:
+    """Sleeps past a short time limit, then returns (too late to count)."""
+    time.sleep(seconds)
+    return "woke up"
 
 
 @task
