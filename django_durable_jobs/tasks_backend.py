@@ -37,10 +37,10 @@ from .tasks_results import (
     resolve_task,
     send_signal,
 )
-from .validation import validate_max_attempts
+from .validation import validate_max_attempts, validate_timeout
 
 #: The keys ``OPTIONS`` accepts.
-OPTION_KEYS = frozenset({"max_attempts"})
+OPTION_KEYS = frozenset({"max_attempts", "timeout"})
 
 E101 = "TASKS[{alias!r}]['QUEUES'] holds an invalid queue name: {name!r}."
 E102 = "TASKS[{alias!r}]['OPTIONS'] must be a dict, got {kind}."
@@ -48,6 +48,10 @@ E103 = "TASKS[{alias!r}]['OPTIONS'][{key!r}] is not a known option."
 E104 = (
     "TASKS[{alias!r}]['OPTIONS']['max_attempts'] must be an integer from 1 to {limit}, "
     "got {value!r}."
+)
+E106 = (
+    "TASKS[{alias!r}]['OPTIONS']['timeout'] must be a positive number of seconds or a "
+    "timedelta, got {value!r}."
 )
 E105 = (
     "TASKS[{alias!r}] uses DurableJobsBackend, but 'django_durable_jobs' is not in INSTALLED_APPS."
@@ -58,8 +62,10 @@ class DurableJobsBackend(BaseTaskBackend):
     """Run Django ``@task`` functions on django-durable-jobs' queue.
 
     ``OPTIONS``: ``{"max_attempts": n}``, how many times a task runs before
-    it is ``FAILED`` (default: ``DURABLE_JOBS["DEFAULT_MAX_ATTEMPTS"]``).
-    Per call, ``task_options(idempotency_key=..., max_attempts=...)``.
+    it is ``FAILED`` (default: ``DURABLE_JOBS["DEFAULT_MAX_ATTEMPTS"]``);
+    ``{"timeout": seconds}``, each attempt's time limit (default:
+    ``DURABLE_JOBS["TIMEOUT_SECONDS"]``). Per call,
+    ``task_options(idempotency_key=..., max_attempts=..., timeout=...)``.
     """
 
     supports_defer = True
@@ -112,6 +118,7 @@ class DurableJobsBackend(BaseTaskBackend):
                 else self.options.get("max_attempts")
             ),
             run_at=task.run_after,
+            timeout=options.timeout if options.timeout is not None else self.options.get("timeout"),
             using=alias,
         )
         result = build_result(enqueued.job, task, self.alias)
@@ -140,7 +147,7 @@ class DurableJobsBackend(BaseTaskBackend):
         return build_result(job, task, self.alias)
 
     def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
-        """E101-E105: queue names, ``OPTIONS`` and the app being installed."""
+        """E101-E106: queue names, ``OPTIONS`` and the app being installed."""
         yield from super().check(**kwargs)
         if not apps.is_installed("django_durable_jobs"):
             yield checks.Error(
@@ -180,6 +187,14 @@ class DurableJobsBackend(BaseTaskBackend):
                         value=self.options["max_attempts"],
                     ),
                     id="durable_jobs.E104",
+                )
+        if "timeout" in self.options:
+            try:
+                validate_timeout(self.options["timeout"])
+            except InvalidJob:
+                yield checks.Error(
+                    E106.format(alias=self.alias, value=self.options["timeout"]),
+                    id="durable_jobs.E106",
                 )
 
     def _check_importable(self, task: Task) -> None:

@@ -2,7 +2,7 @@
 
 Django's ``Task.enqueue(*args, **kwargs)`` passes every keyword argument to
 the task function, so our extras (an idempotency key, a retry budget)
-cannot travel as arguments. A context manager sets them in a context
+cannot travel as arguments (nor can a time limit). A context manager sets them in a context
 variable that ``DurableJobsBackend.enqueue`` reads: it works with Django's
 own API, in threads and under ``aenqueue`` (asgiref copies the context),
 and needs no Django 6 import, so this module loads on Django 5.2 too.
@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from datetime import timedelta
 
-from .validation import validate_idempotency_key, validate_max_attempts
+from .validation import validate_idempotency_key, validate_max_attempts, validate_timeout
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class TaskOptions:
 
     idempotency_key: str | None = None
     max_attempts: int | None = None
+    timeout: float | None = None
 
 
 _NONE = TaskOptions()
@@ -32,15 +34,20 @@ _current: ContextVar[TaskOptions | None] = ContextVar("durable_jobs_task_options
 
 @contextmanager
 def task_options(
-    *, idempotency_key: str | None = None, max_attempts: int | None = None
+    *,
+    idempotency_key: str | None = None,
+    max_attempts: int | None = None,
+    timeout: float | timedelta | None = None,
 ) -> Iterator[TaskOptions]:
-    """Give the tasks enqueued inside this block an idempotency key or a retry budget.
+    """Give the tasks enqueued inside this block an idempotency key, a retry budget, a time limit.
 
     ``idempotency_key``: enqueueing again with the same key returns the
     existing task's result instead of a second job (one key names one
     job, so use it around a single enqueue). ``max_attempts``: how many
     times the task may run before it is ``FAILED``, overriding the
-    backend's ``OPTIONS``. Arguments are checked here, so a bad value
+    backend's ``OPTIONS``. ``timeout``: each attempt's time limit in
+    seconds (or a ``timedelta``), overriding ``OPTIONS["timeout"]`` and
+    ``DURABLE_JOBS["TIMEOUT_SECONDS"]``. Arguments are checked here, so a bad value
     fails at the ``with`` line. Blocks nest; the inner one wins for the
     options it sets.
     """
@@ -54,6 +61,7 @@ def task_options(
         max_attempts=(
             outer.max_attempts if max_attempts is None else validate_max_attempts(max_attempts)
         ),
+        timeout=outer.timeout if timeout is None else validate_timeout(timeout),
     )
     token = _current.set(options)
     try:

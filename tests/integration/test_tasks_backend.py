@@ -395,6 +395,36 @@ def test_task_options_are_validated_at_the_with_line() -> None:
         pass
     with pytest.raises(InvalidJob, match="idempotency_key"), task_options(idempotency_key=""):
         pass
+    with pytest.raises(InvalidJob, match="timeout"), task_options(timeout=0):
+        pass
+    with pytest.raises(InvalidJob, match="timeout"), task_options(timeout="30"):  # type: ignore[arg-type]
+        pass
+
+
+def test_a_task_time_limit_comes_from_task_options_then_options_then_the_setting() -> None:
+    backend = {"BACKEND": DURABLE, "QUEUES": [], "OPTIONS": {"timeout": 20}}
+    with override_settings(TASKS={"default": backend}):
+        from_options = tasks.add.enqueue(1, 1)
+        with task_options(timeout=timedelta(seconds=5)):
+            from_call = tasks.add.enqueue(1, 2)
+    plain = tasks.add.enqueue(1, 3)  # tests/settings.py: no OPTIONS timeout
+    timeouts = dict(Job.objects.values_list("pk", "timeout"))
+    assert timeouts[uuid.UUID(from_options.id)] == 20.0
+    assert timeouts[uuid.UUID(from_call.id)] == 5.0
+    assert timeouts[uuid.UUID(plain.id)] is None  # TIMEOUT_SECONDS applies at run time
+
+
+def test_a_task_timeout_fails_the_attempt_then_retries() -> None:
+    with task_options(max_attempts=2, timeout=0.3):
+        result = tasks.nap.enqueue(0.6)
+    with override_settings(DURABLE_JOBS={"TIMEOUT_GRACE_SECONDS": 30}):
+        drain()
+    time.sleep(0.8)  # let the last late function return; it changes nothing
+    done = tasks.nap.get_result(result.id)
+    assert (done.status, done.attempts) == (TaskResultStatus.FAILED, 2)
+    assert [e.exception_class_path for e in done.errors] == [
+        "django_durable_jobs.exceptions.JobTimeout"
+    ] * 2
 
 
 def test_async_task_with_aenqueue_and_aget_result() -> None:
@@ -478,6 +508,8 @@ def check_ids(**params: Any) -> list[str]:
 
 def test_check_accepts_a_good_configuration() -> None:
     assert check_ids(QUEUES=["default", "emails"], OPTIONS={"max_attempts": 4}) == []
+    assert check_ids(OPTIONS={"timeout": 30, "max_attempts": 2}) == []
+    assert check_ids(OPTIONS={"timeout": timedelta(minutes=1)}) == []
 
 
 @pytest.mark.parametrize(
@@ -488,6 +520,8 @@ def test_check_accepts_a_good_configuration() -> None:
         ({"OPTIONS": {"max_attemps": 3}}, ["durable_jobs.E103"]),
         ({"OPTIONS": {"max_attempts": 0}}, ["durable_jobs.E104"]),
         ({"OPTIONS": {"max_attempts": "3"}}, ["durable_jobs.E104"]),
+        ({"OPTIONS": {"timeout": 0}}, ["durable_jobs.E106"]),
+        ({"OPTIONS": {"timeout": "30s"}}, ["durable_jobs.E106"]),
     ],
 )
 def test_check_reports_misconfiguration(params: dict[str, Any], expected: list[str]) -> None:
