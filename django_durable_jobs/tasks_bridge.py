@@ -56,6 +56,18 @@ def task_handler(type_name: str, payload: Any) -> Handler | None:
     return Handler(type_name, functools.partial(run_task, task, backend))
 
 
+def _backend_in_use() -> bool:
+    """Whether any ``TASKS`` entry is a ``DurableJobsBackend`` (else no row can be a task)."""
+    from django.tasks import task_backends
+
+    from .tasks_backend import DurableJobsBackend
+
+    try:
+        return any(isinstance(backend, DurableJobsBackend) for backend in task_backends.all())
+    except Exception:  # a misconfigured TASKS: its check reports it
+        return False
+
+
 def _durable_backend(alias: str) -> BaseTaskBackend | None:
     from django.tasks import task_backends
     from django.tasks.exceptions import InvalidTaskBackend
@@ -146,7 +158,7 @@ def announce_finished(job_ids: Collection[uuid.UUID], alias: str) -> None:
     ``TaskResult`` and is skipped (logged). Never raises: the state change
     it reports has happened whatever a receiver does.
     """
-    if not TASKS_AVAILABLE or not job_ids:
+    if not TASKS_AVAILABLE or not job_ids or not _backend_in_use():
         return
     from django.tasks.signals import task_finished
 
