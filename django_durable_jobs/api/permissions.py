@@ -17,7 +17,8 @@ from rest_framework.request import Request
 from ..conf import jobs_settings
 
 #: The model permissions that allow each viewset action (any one suffices).
-#: As in the admin, ``change_job`` also allows reading.
+#: As in the admin, ``change_job`` also allows reading. ``list`` is also the
+#: action of ``GET /api/schedules``: whoever may list jobs may list schedules.
 ACTION_PERMISSIONS: dict[str, tuple[str, ...]] = {
     "create": ("durable_jobs.add_job",),
     "requeue": ("durable_jobs.change_job",),

@@ -283,6 +283,51 @@ class JobDetailSerializer(JobSerializer):
         read_only_fields = fields
 
 
+# --- schedules -------------------------------------------------------------------
+
+
+class ScheduleSerializer(serializers.Serializer):
+    """One declared schedule with what the workers recorded of it (``schedule_overview``)."""
+
+    name = serializers.CharField()
+    type = serializers.CharField(help_text="The job type each tick enqueues.")
+    cron = serializers.CharField(
+        allow_null=True, help_text="The cron expression; null for an interval."
+    )
+    every_seconds = serializers.IntegerField(
+        allow_null=True, help_text="The interval in seconds; null for a cron expression."
+    )
+    timing = serializers.CharField(help_text="As text: 'cron 0 3 * * *' or 'every 5m'.")
+    timezone = serializers.CharField(
+        help_text="The zone the cron expression is read in; UTC for an interval."
+    )
+    queue = serializers.CharField(help_text="The queue its jobs go to.")
+    missed = serializers.CharField(help_text="The missed-tick policy: latest or skip.")
+    enabled = serializers.BooleanField()
+    origin = serializers.CharField(
+        help_text="Where it is declared: @job or DURABLE_JOBS['SCHEDULES']."
+    )
+    handler_registered = serializers.BooleanField(
+        help_text="Whether a handler is registered for its type in this process."
+    )
+    first_seen = serializers.DateTimeField(
+        allow_null=True, help_text="When a worker first saw it; null if none has yet."
+    )
+    last_tick = serializers.DateTimeField(
+        allow_null=True, help_text="The last tick a worker enqueued; null if none yet."
+    )
+    last_job_id = serializers.UUIDField(
+        allow_null=True, help_text="The job the last tick enqueued; null if none yet."
+    )
+    last_job_status = serializers.CharField(
+        allow_null=True,
+        help_text="That job's status, or 'pruned' once retention has deleted it; null if no tick.",
+    )
+    next_tick = serializers.DateTimeField(
+        allow_null=True, help_text="The first tick after now; null for a disabled schedule."
+    )
+
+
 # --- stats, health, errors (responses) -----------------------------------------
 
 

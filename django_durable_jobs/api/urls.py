@@ -10,13 +10,14 @@ from __future__ import annotations
 from django.urls import re_path
 from rest_framework.routers import SimpleRouter
 
-from .views import HealthView, JobViewSet
+from .views import HealthView, JobViewSet, ScheduleViewSet
 
 app_name = "durable_jobs_api"
 
 router = SimpleRouter()
 router.trailing_slash = "/?"
 router.register("jobs", JobViewSet, basename="job")
+router.register("schedules", ScheduleViewSet, basename="schedule")
 
 urlpatterns = [
     re_path(r"^health/?$", HealthView.as_view(), name="health"),

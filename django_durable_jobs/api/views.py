@@ -29,6 +29,7 @@ from rest_framework.viewsets import GenericViewSet
 from .. import db, operations
 from ..enqueueing import enqueue
 from ..models import Job, JobStatus
+from ..schedule_overview import schedule_overview
 from . import serializers as s
 from .errors import exception_handler
 from .pagination import JobCursorPagination
@@ -210,6 +211,35 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet):
     @action(detail=False, methods=["get"])
     def stats(self, request: Request) -> Response:
         return Response(s.StatsSerializer(job_stats()).data)
+
+
+class ScheduleViewSet(JSONErrorsMixin, GenericViewSet):
+    """The declared schedules, with their last and next tick (read-only).
+
+    The same list as ``manage.py jobs schedules --json``; the permission is
+    that of listing jobs (``list`` in ``ACTION_PERMISSIONS``). Schedules are
+    declared in code and settings, so there are few: no pagination.
+    """
+
+    serializer_class = s.ScheduleSerializer
+
+    def get_permissions(self) -> list[BasePermission]:
+        return [cls() for cls in permission_classes()]
+
+    @extend_schema(
+        operation_id="schedules_list",
+        summary="Declared schedules, by name, with their last and next tick",
+        description=(
+            "Every valid schedule declared with @job(schedule=...) or in "
+            "DURABLE_JOBS['SCHEDULES'], by name: its declaration, the last tick a worker "
+            "enqueued, that tick's job and the job's status ('pruned' once retention deleted "
+            "it), and the next tick. The same list as `manage.py jobs schedules --json`. "
+            "Needs the permission to list jobs. Not paginated."
+        ),
+        responses={200: s.ScheduleSerializer(many=True), **AUTH_ERRORS},
+    )
+    def list(self, request: Request) -> Response:
+        return Response(s.ScheduleSerializer(schedule_overview(), many=True).data)
 
 
 class HealthView(JSONErrorsMixin, APIView):

@@ -427,6 +427,7 @@ def test_wrong_methods_are_a_json_405(staff: Api) -> None:
     )
     assert_error(staff.get(f"/api/jobs/{job.pk}/cancel"), 405, "method_not_allowed")
     assert_error(staff.post("/api/jobs/stats"), 405, "method_not_allowed")
+    assert_error(staff.post("/api/schedules"), 405, "method_not_allowed")
 
 
 # --- stats and health ------------------------------------------------------------------
@@ -495,6 +496,7 @@ ENDPOINTS: dict[str, Endpoint] = {
     "requeue": ("post", lambda p, d: f"/api/jobs/{d.pk}/requeue", "change_job", 200),
     "cancel": ("post", lambda p, d: f"/api/jobs/{p.pk}/cancel", "change_job", 200),
     "stats": ("get", lambda p, d: "/api/jobs/stats", "view_job", 200),
+    "schedules": ("get", lambda p, d: "/api/schedules", "view_job", 200),
 }
 WRONG_PERMISSION = {"add_job": "view_job", "view_job": "add_job", "change_job": "add_job"}
 
@@ -548,6 +550,7 @@ def test_users_with_the_permission_or_staff_are_allowed(endpoint: str) -> None:
 def test_change_job_also_allows_reading() -> None:
     api = Api(make_user("operator", "change_job"))
     assert api.get("/api/jobs").status_code == 200
+    assert api.get("/api/schedules").status_code == 200
     assert api.post("/api/jobs", job_body()).status_code == 403
 
 

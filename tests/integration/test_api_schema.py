@@ -32,6 +32,7 @@ def test_every_endpoint_is_described(schema: dict[str, Any]) -> None:
         "/api/jobs/{id}/requeue/": {"post"},
         "/api/jobs/{id}/cancel/": {"post"},
         "/api/jobs/stats/": {"get"},
+        "/api/schedules/": {"get"},
         "/api/health/": {"get"},
     }
     for path, methods in expected.items():
@@ -53,3 +54,11 @@ def test_request_and_response_bodies_are_described(schema: dict[str, Any]) -> No
         responses = schema["paths"][f"/api/jobs/{{id}}/{action}/"]["post"]["responses"]
         assert {"200", "404", "409"} <= set(responses)
     assert "503" in schema["paths"]["/api/health/"]["get"]["responses"]
+    schedules = schema["paths"]["/api/schedules/"]["get"]["responses"]
+    assert {"200", "401", "403"} <= set(schedules)
+    items = schedules["200"]["content"]["application/json"]["schema"]
+    assert items["type"] == "array"
+    schedule = schema["components"]["schemas"][items["items"]["$ref"].rsplit("/", 1)[1]]
+    assert {"name", "last_tick", "last_job_id", "last_job_status", "next_tick"} <= set(
+        schedule["properties"]
+    )

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from io import StringIO
 from typing import Any
 
@@ -28,6 +29,7 @@ from django_durable_jobs.worker import Worker, WorkerConfig
 from django_durable_jobs.worker.scheduler import Scheduler
 
 from .helpers import run_in_threads
+from .test_api import SLASHES, Api, assert_error, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -426,6 +428,119 @@ def test_cli_shows_a_pruned_last_job() -> None:
 def test_cli_with_no_schedules() -> None:
     assert run_cli().strip() == "No schedules declared."
     assert json.loads(run_cli("--json")) == []
+
+
+# -- REST API: GET /api/schedules ------------------------------------------------------
+
+
+def api_time(value: datetime) -> str:
+    """A time as the API writes it: ISO 8601, in UTC (TIME_ZONE), with ``Z``."""
+    return value.astimezone(dt_timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+TIMES = ("first_seen", "last_tick", "next_tick")
+
+
+def without_next_tick(row: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in row.items() if key != "next_tick"}
+
+
+@SLASHES
+def test_api_lists_schedules_by_name_with_last_and_next_tick(slash: str) -> None:
+    now = timezone.now()
+    reader = Api(make_user("reader", "view_job"))
+    with override_settings(DURABLE_JOBS={"SCHEDULES": SETTINGS_SCHEDULES}):
+        scheduler(EVERY_MINUTE).run_once(now)
+        before = timezone.now()
+        response = reader.get(f"/api/schedules{slash}")
+        after = timezone.now()
+        cli = json.loads(run_cli("--json"))
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"] == "application/json"
+    rows = response.json()
+    assert [row["name"] for row in rows] == ["tests.berlin", "tests.minutely", "tests.orphan"]
+    # The same list as `jobs schedules --json`, in the API's time format
+    # (next ticks aside: each was computed when its command ran).
+    assert [without_next_tick(row) for row in rows] == [
+        without_next_tick(
+            {key: value.replace("+00:00", "Z") if key in TIMES and value else value
+             for key, value in row.items()}
+        )
+        for row in cli
+    ]  # fmt: skip
+    by_name = {row["name"]: row for row in rows}
+    job_row = Job.objects.get()
+    state = ScheduleState.objects.get(name="tests.minutely")
+    minutely = by_name["tests.minutely"]
+    # The next tick is computed when the request is answered.
+    assert minutely.pop("next_tick") in {
+        api_time(minute(moment) + timedelta(minutes=1)) for moment in (before, after)
+    }
+    assert minutely == {
+        "name": "tests.minutely",
+        "type": "tests.record",
+        "cron": None,
+        "every_seconds": 60,
+        "timing": "every 1m",
+        "timezone": "UTC",
+        "queue": "reports",
+        "missed": "latest",
+        "enabled": True,
+        "origin": "DURABLE_JOBS['SCHEDULES']",
+        "handler_registered": True,
+        "first_seen": api_time(state.first_seen),
+        "last_tick": api_time(minute(now)),
+        "last_job_id": str(job_row.pk),
+        "last_job_status": "pending",
+    }
+    # Disabled, never seen by a worker: no tick behind it, none ahead.
+    berlin = by_name["tests.berlin"]
+    assert (berlin["cron"], berlin["every_seconds"], berlin["timezone"]) == (
+        "0 9 * * *",
+        None,
+        "Europe/Berlin",
+    )
+    assert (berlin["enabled"], berlin["missed"]) == (False, "skip")
+    for row in (berlin, by_name["tests.orphan"]):
+        assert row["first_seen"] is row["last_tick"] is row["last_job_id"] is None
+        assert row["last_job_status"] is None
+    assert berlin["next_tick"] is None
+    # Enabled and never ticked: a next tick, nothing behind it.
+    orphan = by_name["tests.orphan"]
+    assert orphan["handler_registered"] is False
+    assert orphan["next_tick"].endswith(":00:00Z")
+
+
+def test_api_says_pruned_for_a_last_job_that_retention_deleted() -> None:
+    staff = Api(make_user("staff", staff=True))
+    with override_settings(DURABLE_JOBS={"SCHEDULES": SETTINGS_SCHEDULES}):
+        scheduler(EVERY_MINUTE).run_once()
+        job_id = Job.objects.get().pk
+        Job.objects.all().delete()
+        rows = staff.get("/api/schedules").json()
+    minutely = {row["name"]: row for row in rows}["tests.minutely"]
+    assert (minutely["last_job_id"], minutely["last_job_status"]) == (str(job_id), "pruned")
+    assert minutely["last_tick"] is not None
+
+
+def test_api_with_no_schedules_is_an_empty_list() -> None:
+    response = Api(make_user("staff", staff=True)).get("/api/schedules/")
+    assert response.status_code == 200
+    assert response.json() == []
+
+
+def test_api_schedules_need_the_permission_to_list_jobs() -> None:
+    with override_settings(DURABLE_JOBS={"SCHEDULES": SETTINGS_SCHEDULES}):
+        scheduler(EVERY_MINUTE).run_once()
+        anonymous = Api().get("/api/schedules")
+        adder = Api(make_user("adder", "add_job")).get("/api/schedules/")
+        operator = Api(make_user("operator", "change_job")).get("/api/schedules")
+    assert_error(anonymous, 401, "not_authenticated")
+    assert_error(adder, 403, "permission_denied")
+    for refused in (anonymous, adder):
+        assert b"tests.minutely" not in refused.content
+    assert operator.status_code == 200
+    assert len(operator.json()) == 3
 
 
 # -- admin ----------------------------------------------------------------------------

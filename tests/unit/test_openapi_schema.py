@@ -30,6 +30,7 @@ def test_committed_schema_describes_every_endpoint() -> None:
         "/api/jobs/{id}/requeue/:",
         "/api/jobs/{id}/cancel/:",
         "/api/jobs/stats/:",
+        "/api/schedules/:",
         "/api/health/:",
     ):
         assert f"\n  {path}\n" in text, path
