@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -42,6 +43,10 @@ RESULTS = ("completed", "failed", "dead")
 DEPTH_STATUSES = ("pending", "running", "dead")
 #: How long one reading of the queue depth serves scrapes.
 DEPTH_CACHE_SECONDS = 1.5
+#: How long one reading of the schedules' ticks serves scrapes.
+SCHEDULE_CACHE_SECONDS = 1.5
+SCHEDULE_LAST_TICK = "durable_jobs_schedule_last_tick_timestamp_seconds"
+SCHEDULE_NEXT_TICK = "durable_jobs_schedule_next_tick_timestamp_seconds"
 
 # Wait times range from milliseconds (a busy queue) to hours (a backlog).
 WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
@@ -247,7 +252,119 @@ class QueueDepthCollector:
         yield oldest
 
 
+class ScheduleCollector:
+    """When each declared, enabled schedule last ticked, and when it ticks next.
+
+    ``durable_jobs_schedule_last_tick_timestamp_seconds{schedule}`` is the
+    Unix time of the last tick a worker enqueued (``last_tick`` of its
+    ``durable_jobs_schedule`` row), absent until a worker has ticked it.
+    ``durable_jobs_schedule_next_tick_timestamp_seconds{schedule}`` is the
+    tick that follows that last tick; for a schedule never ticked, the
+    first tick after now. While the schedule runs, that is its coming
+    tick. Once it stops ticking, the value stays where it was (in the past)
+    instead of moving on with the clock, so ``next - last`` stays one
+    period and ``time() - last > 2 * (next - last)`` can fire: measured
+    from now, ``next`` would always be later than ``time()`` and the alert
+    could never fire.
+
+    The declarations come from code and settings (no query); the last ticks
+    from one query, and the whole reading is cached for
+    ``SCHEDULE_CACHE_SECONDS``, as the queue depth is.
+    """
+
+    def __init__(self, alias: str | None = None, ttl: float = SCHEDULE_CACHE_SECONDS) -> None:
+        self._alias = alias
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._rows: list[tuple[str, float | None, float | None]] | None = None
+        self._read_at = 0.0
+
+    def describe(self) -> list[Any]:
+        # Without describe(), registering would call collect(): a query at import.
+        return [
+            GaugeMetricFamily(SCHEDULE_LAST_TICK, "", labels=["schedule"]),
+            GaugeMetricFamily(SCHEDULE_NEXT_TICK, "", labels=["schedule"]),
+        ]
+
+    def rows(self) -> list[tuple[str, float | None, float | None]]:
+        """``(schedule, last tick, next tick)`` as Unix times, by name; None where absent."""
+        with self._lock:
+            now = time.monotonic()
+            if self._rows is not None and now - self._read_at < self._ttl:
+                return self._rows
+            rows = self._read()
+            if rows is None:
+                return []
+            self._rows = rows
+            self._read_at = now
+            return self._rows
+
+    def _read(self) -> list[tuple[str, float | None, float | None]] | None:
+        """A fresh reading, or None when the settings or the database do not allow one."""
+        from django.conf import settings
+        from django.core.exceptions import ImproperlyConfigured
+        from django.db import DatabaseError
+
+        from . import db
+        from .models import ScheduleState
+        from .schedules import load_schedules
+
+        if not settings.USE_TZ:
+            return []  # no tick is ever enqueued (durable_jobs.E007)
+        try:
+            schedules = [s for s in load_schedules()[0] if s.enabled]
+        except ImproperlyConfigured as exc:  # an ill-shaped SCHEDULES (durable_jobs.E003)
+            logger.warning("Schedules for metrics unavailable: %s", exc)
+            return None
+        if not schedules:
+            return []
+        try:
+            last_ticks = dict(
+                ScheduleState.objects.using(db.database_alias(self._alias))
+                .filter(name__in=[s.name for s in schedules], last_tick__isnull=False)
+                .values_list("name", "last_tick")
+            )
+        except DatabaseError as exc:
+            logger.warning("Schedule ticks for metrics unavailable: %s", exc)
+            return None
+        now = datetime.now(timezone.utc)
+        rows: list[tuple[str, float | None, float | None]] = []
+        for schedule in schedules:
+            last = last_ticks.get(schedule.name)
+            following = schedule.next_tick(now if last is None else last)
+            rows.append(
+                (
+                    schedule.name,
+                    None if last is None else last.timestamp(),
+                    None if following is None else following.timestamp(),
+                )
+            )
+        return rows
+
+    def collect(self) -> Iterator[Any]:
+        last = GaugeMetricFamily(
+            SCHEDULE_LAST_TICK,
+            "Unix time of the last tick enqueued for each declared, enabled schedule; "
+            "absent until a worker has ticked it.",
+            labels=["schedule"],
+        )
+        following = GaugeMetricFamily(
+            SCHEDULE_NEXT_TICK,
+            "Unix time of the tick that follows the last one (for a schedule never "
+            "ticked, the next from now); in the past when the schedule is overdue.",
+            labels=["schedule"],
+        )
+        for name, last_tick, next_tick in self.rows():
+            if last_tick is not None:
+                last.add_metric([name], last_tick)
+            if next_tick is not None:
+                following.add_metric([name], next_tick)
+        yield last
+        yield following
+
+
 _collector: QueueDepthCollector | None = None
+_schedule_collector: ScheduleCollector | None = None
 
 
 def register_queue_depth_collector() -> None:
@@ -259,4 +376,14 @@ def register_queue_depth_collector() -> None:
     prometheus_client.REGISTRY.register(_collector)  # type: ignore[arg-type]
 
 
+def register_schedule_collector() -> None:
+    """Register the schedules' collector on the default registry, once per process."""
+    global _schedule_collector
+    if not ENABLED or _schedule_collector is not None:
+        return
+    _schedule_collector = ScheduleCollector()
+    prometheus_client.REGISTRY.register(_schedule_collector)  # type: ignore[arg-type]
+
+
 register_queue_depth_collector()
+register_schedule_collector()

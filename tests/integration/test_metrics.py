@@ -12,17 +12,23 @@ import sys
 import threading
 import time
 import uuid
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
-from django.db import connection
-from django.test import Client
+from django.db import OperationalError, connection
+from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_durable_jobs import enqueue, enqueue_many, metrics
-from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.models import Job, JobStatus, ScheduleState
+from django_durable_jobs.schedules import find_schedule, load_schedules
 from django_durable_jobs.worker import Worker
+from django_durable_jobs.worker.scheduler import Scheduler
 
 from .test_worker import (  # noqa: F401  (fast_backoff: the fixture)
     claim_directly,
@@ -183,6 +189,121 @@ def test_scrapes_within_the_cache_window_query_once() -> None:
     assert len([q for q in queries if "durable_jobs_job" in q["sql"]]) == 1
 
 
+# -- schedules: last and next tick -------------------------------------------------
+
+LAST_TICK = "durable_jobs_schedule_last_tick_timestamp_seconds"
+NEXT_TICK = "durable_jobs_schedule_next_tick_timestamp_seconds"
+SCHEDULES = {
+    "tests.m_minutely": {"type": "tests.record", "every": 60},
+    "tests.m_weekdays": {"type": "tests.record", "cron": "0 8 * * MON-FRI", "timezone": "UTC"},
+    "tests.m_off": {"type": "tests.record", "every": 60, "enabled": False},
+}
+
+
+def schedule_samples(collector: metrics.ScheduleCollector) -> dict[tuple[str, str], float]:
+    return {
+        (sample.name, sample.labels["schedule"]): sample.value
+        for family in collector.collect()
+        for sample in family.samples
+    }
+
+
+def tick_minutely(now: datetime | None = None) -> ScheduleState:
+    """What a worker's scheduler does: enqueue the due tick and record it."""
+    schedules = [s for s in load_schedules()[0] if s.name == "tests.m_minutely"]
+    assert Scheduler(connection.alias, "metrics-test", schedules).run_once(now)
+    return ScheduleState.objects.get(name="tests.m_minutely")
+
+
+@override_settings(DURABLE_JOBS={"SCHEDULES": SCHEDULES})
+def test_schedule_ticks_are_the_tables_and_absent_before_the_first_tick() -> None:
+    collector = metrics.ScheduleCollector(ttl=0.0)
+    minutely, weekdays = find_schedule("tests.m_minutely"), find_schedule("tests.m_weekdays")
+    assert minutely is not None and weekdays is not None
+    before = timezone.now()
+    s = schedule_samples(collector)
+    after = timezone.now()
+    # No worker has ticked anything: no last tick; the next tick is the next from now.
+    assert set(s) == {(NEXT_TICK, "tests.m_minutely"), (NEXT_TICK, "tests.m_weekdays")}
+    for schedule in (minutely, weekdays):
+        expected = {schedule.next_tick(moment).timestamp() for moment in (before, after)}
+        assert s[(NEXT_TICK, schedule.name)] in expected
+
+    state = tick_minutely()
+    s = schedule_samples(collector)
+    assert state.last_tick is not None
+    assert s[(LAST_TICK, "tests.m_minutely")] == state.last_tick.timestamp()
+    assert s[(NEXT_TICK, "tests.m_minutely")] == state.last_tick.timestamp() + 60
+    assert (LAST_TICK, "tests.m_weekdays") not in s  # still never ticked
+    assert not any(name == "tests.m_off" for _, name in s)  # disabled: not exported
+
+
+@override_settings(DURABLE_JOBS={"SCHEDULES": SCHEDULES})
+def test_schedule_ticks_are_on_the_web_metrics_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert metrics._schedule_collector is not None
+    monkeypatch.setattr(metrics._schedule_collector, "_ttl", 0.0)
+    assert (LAST_TICK, frozenset({("schedule", "tests.m_minutely")})) not in scrape()
+    state = tick_minutely()
+    assert state.last_tick is not None
+    s = scrape()
+    assert value(s, LAST_TICK, schedule="tests.m_minutely") == state.last_tick.timestamp()
+    assert value(s, NEXT_TICK, schedule="tests.m_minutely") == state.last_tick.timestamp() + 60
+
+
+def stalled_alert(samples: dict[tuple[str, str], float], name: str, now: float) -> bool:
+    """The documented alert: ``time() - last > 2 * (next - last)``."""
+    last, following = samples[(LAST_TICK, name)], samples[(NEXT_TICK, name)]
+    return now - last > 2 * (following - last)
+
+
+@override_settings(DURABLE_JOBS={"SCHEDULES": SCHEDULES})
+def test_a_schedule_that_stopped_ticking_fires_the_alert_and_a_running_one_does_not() -> None:
+    collector = metrics.ScheduleCollector(ttl=0.0)
+    tick_minutely()
+    assert not stalled_alert(schedule_samples(collector), "tests.m_minutely", time.time())
+    # The workers stopped: the last tick was ten minutes ago. The next tick
+    # stays the one after it, so next - last is still one period.
+    stalled = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=10)
+    ScheduleState.objects.filter(name="tests.m_minutely").update(last_tick=stalled)
+    # Weekdays at 08:00: the tick after a Friday's is the Monday's.
+    friday = datetime(2020, 11, 27, 8, tzinfo=dt_timezone.utc)
+    ScheduleState.objects.create(
+        name="tests.m_weekdays", timing="cron 0 8 * * MON-FRI", first_seen=friday,
+        last_tick=friday,
+    )  # fmt: skip
+    s = schedule_samples(collector)
+    assert s[(NEXT_TICK, "tests.m_minutely")] - s[(LAST_TICK, "tests.m_minutely")] == 60
+    assert s[(NEXT_TICK, "tests.m_weekdays")] == (friday + timedelta(days=3)).timestamp()
+    assert stalled_alert(s, "tests.m_minutely", time.time())
+    assert stalled_alert(s, "tests.m_weekdays", time.time())
+    # Two days after that Friday (Sunday) is not two periods (three days): no alert.
+    assert not stalled_alert(s, "tests.m_weekdays", (friday + timedelta(days=2)).timestamp())
+
+
+def test_schedule_ticks_are_one_cached_query_and_none_without_schedules() -> None:
+    with override_settings(DURABLE_JOBS={"SCHEDULES": SCHEDULES}):
+        collector = metrics.ScheduleCollector(ttl=60.0)
+        with CaptureQueriesContext(connection) as queries:
+            list(collector.collect())
+            list(collector.collect())
+        assert len([q for q in queries if "durable_jobs_schedule" in q["sql"]]) == 1
+    with CaptureQueriesContext(connection) as queries:
+        assert schedule_samples(metrics.ScheduleCollector(ttl=0.0)) == {}
+    assert len(queries) == 0
+
+
+@override_settings(DURABLE_JOBS={"SCHEDULES": SCHEDULES})
+def test_schedule_ticks_are_left_out_when_the_database_does_not_answer(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OperationalError("the database is down")
+
+    monkeypatch.setattr(connection, "cursor", refuse)
+    assert schedule_samples(metrics.ScheduleCollector(ttl=0.0)) == {}
+    assert "Schedule ticks for metrics unavailable: the database is down" in caplog.text
+
+
 def run_python(code: str, **env: str) -> str:
     result = subprocess.run(
         [sys.executable, "-c", code],
@@ -202,6 +323,7 @@ def test_without_prometheus_client_metrics_are_no_ops() -> None:
         "from django_durable_jobs import metrics\n"
         "metrics.record_enqueued('q', 't'); metrics.record_reaped(2)\n"
         "metrics.set_worker_slots(4); metrics.register_queue_depth_collector()\n"
+        "metrics.register_schedule_collector()\n"
         "print(metrics.ENABLED)\n"
     )
     assert out.strip() == "False"
