@@ -47,7 +47,7 @@ from .models import DeadJob, Job, ScheduleState, WorkerProcess
 from .operations import BulkResult
 from .registry import registry
 from .schedule_overview import effective_queue
-from .schedules import Schedule, find_schedule
+from .schedules import Schedule, find_schedule, load_schedules
 
 #: Characters of ``last_error`` the list reads per row (not whole tracebacks).
 ERROR_HEAD_CHARS = 200
@@ -541,8 +541,8 @@ class ScheduleStateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Periodic jobs: each schedule's declaration next to its last and next tick; read-only.
 
     Schedules are declared in code and settings, not here; a row appears
-    once a worker has seen the schedule (``manage.py jobs schedules`` also
-    lists those no worker has seen yet).
+    once a worker has seen the schedule. The list page names the declared
+    schedules no worker has seen yet, so a schedule is never simply missing.
     """
 
     list_display = ("name", "job_type", "timing_now", "zone", "queue", "missed", "enabled",
@@ -553,6 +553,26 @@ class ScheduleStateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         *("first_seen", "last_tick", "last_job", "last_enqueued_at", "next_tick"),
     )
     fields = readonly_fields
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        unseen = self._unseen_schedules()
+        if unseen and request.method == "GET":
+            messages.info(
+                request,
+                _(
+                    "Declared but not yet seen by a worker (a running worker adds them "
+                    "within a second of starting): %(names)s."
+                )
+                % {"names": ", ".join(unseen)},
+            )
+        return super().changelist_view(request, extra_context)
+
+    @staticmethod
+    def _unseen_schedules() -> list[str]:
+        schedules, _errors = load_schedules()  # invalid ones: durable_jobs.E007
+        names = [s.name for s in schedules if s.enabled]
+        seen = set(ScheduleState.objects.filter(name__in=names).values_list("name", flat=True))
+        return sorted(set(names) - seen)
 
     def _declared(self, obj: ScheduleState) -> Schedule | None:
         # Cached on the row: several columns read it.

@@ -562,6 +562,9 @@ def test_admin_lists_schedules_read_only() -> None:
         assert f"/admin/durable_jobs/job/{job_row.pk}/change/" in html
         assert "(no longer declared)" in html
         assert "Add schedule" not in html
+        # Declared, enabled, never seen by a worker: named, not silently absent.
+        assert "Declared but not yet seen by a worker" in html
+        assert "tests.orphan" in html and "tests.berlin" not in html
         detail = client.get(f"{ADMIN}tests.minutely/change/")
         assert detail.status_code == 200
         assert b'name="_save"' not in detail.content

@@ -157,7 +157,7 @@ def test_the_handlers_timeout_reaches_the_context() -> None:
     ctx = seen[0]
     assert ctx.deadline is not None and ctx.deadline.tzinfo is not None
     left = (ctx.deadline - datetime.now(dt_timezone.utc)).total_seconds()
-    assert 0 < left <= 7
+    assert 0 < left < 7.5  # a little slack: the wall clock may be stepped (NTP)
 
 
 # --- the context -----------------------------------------------------------------
@@ -171,10 +171,13 @@ def test_a_context_without_a_limit_is_never_cancelled_by_time() -> None:
 
 
 def test_the_context_is_cancelled_past_its_deadline() -> None:
-    ctx = context(timeout=0.05, _deadline_monotonic=time.monotonic() + 0.05)
-    assert not ctx.cancelled
-    assert ctx.remaining is not None and 0 < ctx.remaining <= 0.05
-    time.sleep(0.06)
+    # No sleeping to the deadline: a test process paused by a busy host
+    # would find the first context past its deadline too.
+    ahead = context(timeout=5, _deadline_monotonic=time.monotonic() + 5)
+    assert not ahead.cancelled
+    assert ahead.remaining is not None and 0 < ahead.remaining <= 5
+    ahead.check()
+    ctx = context(timeout=0.05, _deadline_monotonic=time.monotonic() - 0.001)
     assert ctx.cancelled
     assert ctx.remaining == 0.0
     with pytest.raises(JobTimeout, match=r"0\.05 s"):
@@ -342,14 +345,14 @@ def test_a_spinner_is_failed_at_its_deadline_and_its_thread_left_alone() -> None
 
 def test_a_cooperative_handler_sees_cancelled_and_returns_within_the_grace() -> None:
     recorder = Recorder()
-    watchdog = make_watchdog(recorder, grace=0.5)
+    watchdog = make_watchdog(recorder, grace=1.5)
     watchdog.start()
     try:
         state = run_in_thread(watchdog, claimed(timeout=0.1), until_cancelled)
         assert state["done"].wait(10)
         assert state["result"] == "stopped"
         assert [o.kind for o in recorder.submitted] == ["failed"]
-        time.sleep(0.8)  # past the grace: a thread that returned is not stuck
+        time.sleep(1.8)  # past the grace: a thread that returned is not stuck
         assert recorder.stuck == [] and watchdog.stuck() == []
     finally:
         watchdog.stop()
