@@ -218,6 +218,29 @@ def test_changing_the_timing_counts_as_a_new_schedule() -> None:
     assert list(scheduler(old).run_once(now)) == ["tests.daily"]
 
 
+def test_a_rolling_deploy_that_changes_the_interval_runs_each_tick_once() -> None:
+    """Old workers (every 10 s) and new ones (every 5 s) run side by side.
+
+    Each look by a worker of the other version counts as a timing change (the
+    state's first_seen moves to now); that must neither drop a tick nor
+    enqueue one twice: a 10 s tick is also a 5 s tick, with the same key.
+    """
+    start = minute(timezone.now()) - timedelta(minutes=5)
+    old = Schedule("tests.rolling", "tests.record", every=timedelta(seconds=10))
+    new = Schedule("tests.rolling", "tests.record", every=timedelta(seconds=5))
+    ScheduleState.objects.create(name="tests.rolling", timing=old.timing, first_seen=start)
+    old_worker, new_worker = scheduler(old), scheduler(new)
+    for second in range(60):
+        now = start + timedelta(seconds=second, milliseconds=10)
+        old_worker.run_once(now)
+        new_worker.run_once(now)
+    keys = list(Job.objects.order_by("available_at").values_list("idempotency_key", flat=True))
+    assert keys == [new.idempotency_key(start + timedelta(seconds=s)) for s in range(0, 60, 5)]
+    assert ScheduleState.objects.get(name="tests.rolling").last_tick == start + timedelta(
+        seconds=55
+    )
+
+
 def test_a_key_taken_by_a_job_with_other_parameters_is_not_an_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
