@@ -466,6 +466,23 @@ def test_call_command_options_are_validated_like_the_command_line() -> None:
     assert Job.objects.get().status == JobStatus.COMPLETED
 
 
+def test_the_worker_runs_the_system_checks_but_not_the_url_checks() -> None:
+    """It never serves a URL: importing the URLconf would cost start-up and memory."""
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    enqueue("tests.record")
+    with override_settings(ROOT_URLCONF="tests.testapp.broken_urls"):
+        with pytest.raises(ImportError, match="broken on purpose"):
+            call_command("check")  # Django's URL check imports the URLconf
+        call_command("runjobworker", burst=True, skip_checks=False)
+    assert Job.objects.get().status == JobStatus.COMPLETED
+    # The other checks still run: an unknown setting stops the worker.
+    with override_settings(DURABLE_JOBS={"NO_SUCH_SETTING": 1}):
+        with pytest.raises(SystemCheckError, match="durable_jobs.E002"):
+            call_command("runjobworker", burst=True, skip_checks=False)
+
+
 def test_a_lease_that_missed_its_extension_only_because_the_job_finished_is_not_lost(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
