@@ -486,9 +486,11 @@ def test_the_worker_runs_the_system_checks_but_not_the_url_checks(
         call_command("runjobworker", burst=True, skip_checks=False)
     assert Job.objects.get().status == JobStatus.COMPLETED
     # The other checks still run: an unknown setting stops the worker.
-    with override_settings(DURABLE_JOBS={"NO_SUCH_SETTING": 1}):
-        with pytest.raises(SystemCheckError, match="durable_jobs.E002"):
-            call_command("runjobworker", burst=True, skip_checks=False)
+    with (
+        override_settings(DURABLE_JOBS={"NO_SUCH_SETTING": 1}),
+        pytest.raises(SystemCheckError, match=r"durable_jobs\.E002"),
+    ):
+        call_command("runjobworker", burst=True, skip_checks=False)
 
 
 def test_a_lease_that_missed_its_extension_only_because_the_job_finished_is_not_lost(
