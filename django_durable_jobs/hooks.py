@@ -1,0 +1,67 @@
+"""Extension points the core calls; integrations register into them.
+
+The core (enqueue, the worker, the operations) knows nothing of the
+integrations built on it: the Django Tasks backend (``tasks/``) registers
+its resolver and its listener here from ``AppConfig.ready()``. Two hooks:
+
+- a *handler resolver* answers, for a job type no ``@job`` declares, with a
+  ``Handler`` that runs it (or ``None``): a Django ``@task`` enqueued by our
+  backend;
+- a *finished listener* hears of jobs that reached a final state without
+  their handler's own return path saying so: cancelled, reaped ``dead``, or
+  ``dead`` at the time limit of their last attempt. It is called after the
+  state change committed, and must not raise (its errors are logged).
+
+Registration is idempotent (a function registered twice runs once), so a
+``ready()`` that runs twice in tests does no harm.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .registry import Handler
+
+logger = logging.getLogger("django_durable_jobs")
+
+HandlerResolver = Callable[[str, Any], "Handler | None"]
+FinishedListener = Callable[[Collection[uuid.UUID], str], None]
+
+_resolvers: list[HandlerResolver] = []
+_finished_listeners: list[FinishedListener] = []
+
+
+def add_handler_resolver(resolver: HandlerResolver) -> None:
+    """Ask ``resolver(type, payload)`` for types no ``@job`` declares."""
+    if resolver not in _resolvers:
+        _resolvers.append(resolver)
+
+
+def add_finished_listener(listener: FinishedListener) -> None:
+    """Tell ``listener(job_ids, alias)`` of jobs finished without their handler."""
+    if listener not in _finished_listeners:
+        _finished_listeners.append(listener)
+
+
+def resolve_handler(type_name: str, payload: Any) -> Handler | None:
+    """The first registered resolver's handler for ``type_name``, or ``None``."""
+    for resolver in _resolvers:
+        handler = resolver(type_name, payload)
+        if handler is not None:
+            return handler
+    return None
+
+
+def jobs_finished(job_ids: Collection[uuid.UUID], alias: str) -> None:
+    """Call the finished listeners; never raises (the state change has happened)."""
+    if not job_ids:
+        return
+    for listener in _finished_listeners:
+        try:
+            listener(job_ids, alias)
+        except Exception:
+            logger.exception("Finished listener %r failed for %s job(s)", listener, len(job_ids))
