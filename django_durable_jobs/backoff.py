@@ -1,12 +1,16 @@
 """Retry delays: exponential from a base, doubling per attempt, with jitter, capped.
 
-Pure functions, so the schedule is easy to reason about and to test.
+Pure functions, so the schedule is easy to reason about and to test;
+``RetryPolicy`` binds them to the settings, for every failed attempt.
 """
 
 from __future__ import annotations
 
 import random as _random
 from collections.abc import Callable
+from dataclasses import dataclass
+
+from .conf import jobs_settings
 
 
 def exponential_delay(attempt: int, *, base: float, cap: float) -> float:
@@ -52,3 +56,24 @@ def retry_delay(
     return jittered(
         exponential_delay(attempt, base=base, cap=cap), jitter=jitter, cap=cap, random=random
     )
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The backoff every failed attempt gets (handler errors, time limits, the reaper)."""
+
+    base: float
+    cap: float
+    jitter: float
+
+    @classmethod
+    def from_settings(cls) -> RetryPolicy:
+        return cls(
+            base=float(jobs_settings.BACKOFF_BASE_SECONDS),
+            cap=float(jobs_settings.BACKOFF_MAX_SECONDS),
+            jitter=float(jobs_settings.BACKOFF_JITTER),
+        )
+
+    def delay(self, attempt: int, random: Callable[[], float] = _random.random) -> float:
+        """Seconds before the attempt after failed attempt ``attempt``."""
+        return retry_delay(attempt, base=self.base, cap=self.cap, jitter=self.jitter, random=random)

@@ -23,8 +23,10 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from .db.records import Transition
+
 if TYPE_CHECKING:
-    from .worker.claimed import ClaimedJob
+    from .db.records import ClaimedJob
 
 logger = logging.getLogger("django_durable_jobs.metrics")
 
@@ -133,7 +135,16 @@ def _job_children(queue: str, type: str) -> tuple[Any, Any, Any, Any]:
     return children
 
 
-_RESULT_INDEX = {result: index for index, result in enumerate(RESULTS)}
+#: The one place transitions meet DESIGN.md's ``result`` label values. A
+#: release is not an attempt's result: it is not counted.
+RESULT_OF_TRANSITION = {
+    Transition.COMPLETE: "completed",
+    Transition.RETRY: "failed",
+    Transition.DEAD: "dead",
+}
+_RESULT_INDEX = {
+    transition: RESULTS.index(result) for transition, result in RESULT_OF_TRANSITION.items()
+}
 
 
 def record_claimed(jobs: Iterable[ClaimedJob]) -> None:
@@ -145,11 +156,11 @@ def record_claimed(jobs: Iterable[ClaimedJob]) -> None:
             wait.observe(max((job.started_at - job.available_at).total_seconds(), 0.0))
 
 
-def record_finished(job: ClaimedJob, kind: str, duration: float) -> None:
-    """A handler returned: count its outcome (once, whether or not it gets written)."""
+def record_finished(job: ClaimedJob, transition: Transition, duration: float) -> None:
+    """An attempt ended: count its outcome (once, whether or not it gets written)."""
     if ENABLED:
         _queue_children(job.queue)[0].dec()
-        index = _RESULT_INDEX.get(kind)
+        index = _RESULT_INDEX.get(transition)
         if index is not None:
             children = _job_children(job.queue, job.type)
             children[index].inc()
@@ -179,15 +190,6 @@ def set_worker_slots(slots: int) -> None:
 
 # -- read from the database at scrape time ------------------------------
 
-DEPTH_SQL = """
-SELECT queue, status, count(*),
-       EXTRACT(EPOCH FROM now() - min(available_at)
-               FILTER (WHERE status = 'pending' AND available_at <= now()))
-FROM durable_jobs_job
-WHERE status IN ('pending', 'running', 'dead')
-GROUP BY queue, status
-"""
-
 
 class QueueDepthCollector:
     """``durable_jobs_queue_depth{queue,status}`` and the oldest pending job's age.
@@ -211,7 +213,7 @@ class QueueDepthCollector:
         ]
 
     def rows(self) -> list[tuple[str, str, int, float | None]]:
-        from django.db import DatabaseError, connections
+        from django.db import DatabaseError
 
         from . import db
 
@@ -220,16 +222,10 @@ class QueueDepthCollector:
             if self._rows is not None and now - self._read_at < self._ttl:
                 return self._rows
             try:
-                with connections[db.database_alias(self._alias)].cursor() as cursor:
-                    cursor.execute(DEPTH_SQL)
-                    fetched = cursor.fetchall()
+                self._rows = db.queue_depth(db.database_alias(self._alias))
             except DatabaseError as exc:
                 logger.warning("Queue depth for metrics unavailable: %s", exc)
                 return []
-            self._rows = [
-                (q, s, int(n), None if age is None else max(float(age), 0.0))
-                for q, s, n, age in fetched
-            ]
             self._read_at = now
             return self._rows
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -28,10 +27,8 @@ MAX_BATCH_SIZE = 100_000
 PRUNER_LOCK_KEY = zlib.crc32(b"django_durable_jobs.pruner")
 
 
-@dataclass(frozen=True)
-class BatchResult:
-    acquired: bool
-    deleted: int
+#: What one batch did (kept under its old name for callers).
+BatchResult = db.PruneResult
 
 
 def prune_batch(
@@ -50,17 +47,7 @@ def prune_batch(
     """
     alias = db.database_alias(using)
     with transaction.atomic(using=alias):
-        ((acquired, deleted),) = db.execute(
-            alias,
-            "prune_jobs",
-            {
-                "statuses": [str(status) for status in statuses],
-                "older_than_seconds": older_than.total_seconds(),
-                "limit": limit,
-                "lock_key": lock_key,
-            },
-        )
-    return BatchResult(acquired=bool(acquired), deleted=int(deleted))
+        return db.prune_batch(alias, statuses, older_than, limit=limit, lock_key=lock_key)
 
 
 def prune(

@@ -1,22 +1,7 @@
-"""A job as the claim returns it: what the worker needs to run it, no more."""
+"""Moved to ``django_durable_jobs.db.records`` (the gateway's rows); kept importable."""
 
 from __future__ import annotations
 
-import uuid
-from datetime import datetime
-from typing import Any, NamedTuple
+from ..db.records import ClaimedJob
 
-
-class ClaimedJob(NamedTuple):
-    # The order of claim_jobs' RETURNING clause.
-    id: uuid.UUID
-    type: str
-    queue: str
-    payload: dict[str, Any]
-    attempt: int
-    max_attempts: int
-    lease_token: uuid.UUID
-    available_at: datetime
-    started_at: datetime
-    idempotency_key: str | None
-    timeout: float | None  # per-job override; None: the handler's or the setting
+__all__ = ["ClaimedJob"]

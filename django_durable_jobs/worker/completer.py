@@ -1,7 +1,7 @@
 """Write attempts' outcomes in batches, off the handlers' threads.
 
 Handlers hand their outcome over and take the next job at once; this
-thread writes whatever has accumulated in one fenced ``finish_jobs``
+thread writes whatever has accumulated in one fenced ``record_outcomes``
 statement, then the next batch. Under load the batches grow by themselves
 (as a group commit does); when idle an outcome is written immediately.
 One connection does the bookkeeping of every handler thread.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from .. import db
-from .outcomes import Outcome
+from ..db.records import Outcome
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -139,12 +139,4 @@ class Completer:
                 return written
 
     def _finish(self, batch: list[Outcome]) -> set[uuid.UUID]:
-        rows = db.execute(
-            self._alias,
-            "finish_jobs",
-            {
-                "outcomes": "[" + ",".join(o.json_row() for o in batch) + "]",
-                "history_limit": self._history_limit,
-            },
-        )
-        return {row[0] for row in rows}
+        return db.record_outcomes(self._alias, batch, history_limit=self._history_limit)

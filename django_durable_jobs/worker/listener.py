@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
 
 import psycopg
-from django.db import connections
+
+from .. import db
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -21,19 +21,11 @@ RECONNECT_BASE_SECONDS = 0.5
 RECONNECT_CAP_SECONDS = 30.0
 
 
-def connection_params(alias: str) -> dict[str, Any]:
-    """psycopg.connect() arguments for Django's database ``alias``."""
-    params = dict(connections[alias].get_connection_params())
-    for django_only in ("cursor_factory", "context", "prepare_threshold", "server_side_binding"):
-        params.pop(django_only, None)
-    return params
-
-
 class Listener:
     def __init__(
         self, alias: str, channel: str, queues: frozenset[str] | None, wake: Callable[[], None]
     ) -> None:
-        self._params = connection_params(alias)
+        self._params = db.connection_params(alias)
         self._channel = channel
         self._queues = queues
         self._wake = wake
@@ -53,9 +45,7 @@ class Listener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(**self._params, autocommit=True) as conn:
-                    conn.execute(
-                        psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self._channel))
-                    )
+                    db.listen(conn, self._channel)
                     if delay > RECONNECT_BASE_SECONDS:
                         logger.info("Listening again on channel %s", self._channel)
                     delay = RECONNECT_BASE_SECONDS

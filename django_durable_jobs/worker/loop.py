@@ -9,10 +9,14 @@ Threads, and the connection each uses:
   connection each, opened only if a handler uses the ORM);
 - completer: writes outcomes in batches (one connection);
 - maintenance: heartbeats and the reaper (one connection);
-- watchdog: fails attempts at their time limit (no connection; ``timeouts.py``);
+- watchdog: fails attempts at their time limit (no connection; ``watchdog.py``);
 - listener: LISTEN for enqueue notifications (one psycopg connection);
 - scheduler: enqueues the periodic jobs' due ticks, when any are declared
   (one connection; ``scheduler.py``).
+
+Every attempt's state lives in one ``AttemptTable`` (``attempts.py``),
+under one lock that this loop's condition and the watchdog's share; the
+other threads change attempts only through the table's methods.
 """
 
 from __future__ import annotations
@@ -27,19 +31,20 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
 
 from django.db import DatabaseError, connections
+from django.utils import timezone
 
-from .. import db, metrics
+from .. import db, hooks, metrics
+from ..backoff import RetryPolicy
 from ..conf import jobs_settings
-from ..tasks_bridge import announce_finished
-from .claimed import ClaimedJob
+from ..db.records import ClaimedJob, Outcome, Transition
+from .attempts import Attempt, AttemptTable, Clock, State
 from .completer import Completer
-from .executor import RetryPolicy, StopWorker, execute, internal_error
-from .listener import Listener, connection_params
+from .executor import StopWorker, execute, internal_error
+from .listener import Listener
 from .maintenance import Maintenance
-from .outcomes import Outcome, release
+from .outcomes import release
 from .pool import (
     SCALE_DOWN_AFTER_SECONDS,
     SlotGroup,
@@ -50,7 +55,7 @@ from .pool import (
 )
 from .presence import Presence
 from .scheduler import Scheduler
-from .timeouts import Attempt, Watchdog
+from .watchdog import Watchdog
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -136,17 +141,16 @@ class WorkerConfig:
 
 
 class Worker:
-    def __init__(self, config: WorkerConfig) -> None:
+    def __init__(self, config: WorkerConfig, *, clock: Clock = time.monotonic) -> None:
         self.config = config
-        self.policy = RetryPolicy(
-            base=float(jobs_settings.BACKOFF_BASE_SECONDS),
-            cap=float(jobs_settings.BACKOFF_MAX_SECONDS),
-            jitter=float(jobs_settings.BACKOFF_JITTER),
-        )
+        self.policy = RetryPolicy.from_settings()
         self._history_limit = int(jobs_settings.ERROR_HISTORY_LIMIT)
-        # Reentrant: the signal handler runs on the main thread, possibly
-        # while the main thread holds this lock; it must be able to take it.
-        self._lock = threading.RLock()
+        self._clock = clock
+        self.attempts = AttemptTable(clock)
+        # The table's lock, for the slot groups and the wake-up flags too: one
+        # lock for the worker's state. Reentrant: the signal handler runs on
+        # the main thread, possibly while the main thread holds it.
+        self._lock = self.attempts.lock
         self._cond = threading.Condition(self._lock)
         self._woken = False
         self._notified = False
@@ -154,20 +158,6 @@ class Worker:
         self._retry_due: float | None = None
         self._stopping = False
         self._forced = False
-        # Jobs claimed and not yet recorded: id -> lease token.
-        self._held: dict[uuid.UUID, uuid.UUID] = {}
-        # Jobs whose handler is running: id -> job.
-        # Keyed by lease token (one per attempt), not job id: a job that failed
-        # at its time limit can be claimed again by this worker while the
-        # first attempt's thread still runs.
-        self._running: dict[uuid.UUID, ClaimedJob] = {}
-        # Jobs given back or reaped while their handler still runs: their
-        # late outcome is dropped (and would be fenced out anyway).
-        # (Lease tokens, as the next set.)
-        self._abandoned: set[uuid.UUID] = set()
-        # Abandoned at their deadline: the watchdog recorded (and counted)
-        # the failed attempt; the slot stays busy until the thread returns.
-        self._timed_out: set[uuid.UUID] = set()
         # A thread ignored its time limit: stop claiming, finish, exit 3.
         self._recycle = False
         self._groups = groups_for(
@@ -185,14 +175,21 @@ class Worker:
         # For /healthz: the main loop runs, and its last claim did not fail.
         self.loop_alive = False
         self.claim_failing = False
-        self.presence = Presence(config, self._current_slots)
+        self.presence = Presence(
+            alias=config.alias,
+            worker_id=config.worker_id,
+            queues=config.queues,
+            max_slots=config.max_slots,
+            lease_seconds=config.lease_seconds,
+            current_slots=self._current_slots,
+        )
         self.completer = Completer(config.alias, self._history_limit, self._written)
         self.watchdog = Watchdog(
+            attempts=self.attempts,
             worker_id=config.worker_id,
             policy=self.policy,
             default_timeout=jobs_settings.TIMEOUT_SECONDS,
             grace=float(jobs_settings.TIMEOUT_GRACE_SECONDS),
-            take=self._take_timed_out,
             submit=self.completer.submit,
             on_stuck=self._stuck,
         )
@@ -200,12 +197,12 @@ class Worker:
             config.alias,
             config.worker_id,
             config.lease_seconds,
-            self._held_snapshot,
+            self.attempts.leases_to_extend,
             self._leases_lost,
-            (self.policy.base, self.policy.cap, self.policy.jitter),
+            self.policy,
             self._history_limit,
             on_heartbeat=self.presence.beat,
-            deadlines=self.watchdog.deadlines,
+            clock=clock,
         )
         self.listener = (
             Listener(config.alias, str(jobs_settings.NOTIFY_CHANNEL), config.queues, self._notify)
@@ -337,7 +334,7 @@ class Worker:
                     with self._lock:
                         # A group left out of this claim (no free slot then)
                         # whose last claim was full may still have jobs.
-                        busy = bool(self._running) or any(g.more_waiting for g in self._groups)
+                        busy = self.attempts.busy() or any(g.more_waiting for g in self._groups)
                     if c.burst and not busy:
                         logger.info("No runnable job left: exiting (--burst)")
                         return
@@ -363,38 +360,30 @@ class Worker:
     def _claim(self, asks: list[tuple[SlotGroup, int]]) -> list[ClaimedJob]:
         """Claim up to each group's free slots, in one statement; hand the jobs to the groups."""
         c = self.config
-        params: dict[str, Any] = {"worker_id": c.worker_id, "lease_seconds": float(c.lease_seconds)}
         if self._group_by_queue is not None:
-            rows = db.execute(
+            jobs = db.claim_per_queue(
                 c.alias,
-                "claim_jobs_per_queue",
-                {
-                    **params,
-                    "queues": [group.label for group, _ in asks],
-                    "limits": [free for _, free in asks],
-                    "total": sum(free for _, free in asks),
-                },
+                worker_id=c.worker_id,
+                lease_seconds=c.lease_seconds,
+                limits=[(group.label, free) for group, free in asks],
             )
         else:
             ((group, limit),) = asks
-            if group.queues is None:
-                rows = db.execute(c.alias, "claim_jobs", {**params, "limit": limit})
-            else:
-                rows = db.execute(
-                    c.alias,
-                    "claim_jobs_in_queues",
-                    {**params, "limit": limit, "queues": sorted(group.queues)},
-                )
-        jobs = [ClaimedJob(*row) for row in rows]
+            jobs = db.claim(
+                c.alias,
+                worker_id=c.worker_id,
+                lease_seconds=c.lease_seconds,
+                limit=limit,
+                queues=group.queues,
+            )
         now = time.monotonic()
         with self._lock:
             got: dict[str, int] = {}
             for job in jobs:
                 # The one place a job starts running, as far as the worker counts.
-                self._held[job.id] = job.lease_token
-                self._running[job.lease_token] = job
-                label = self._group_of(job).label
-                got[label] = got.get(label, 0) + 1
+                group = self._group_of(job)
+                self.attempts.claimed(job, group)
+                got[group.label] = got.get(group.label, 0) + 1
             grew = [
                 group for group, asked in asks if group.claimed(asked, got.get(group.label, 0), now)
             ]
@@ -451,15 +440,11 @@ class Worker:
         """Until the next poll: the poll interval, or sooner if a delayed job is due sooner."""
         interval = self.config.poll_interval
         try:
-            queues = sorted(self.config.queues) if self.config.queues else None
-            rows = db.execute(self.config.alias, "next_available_at", {"queues": queues})
+            due = db.next_available_at(self.config.alias, self.config.queues)
         except DatabaseError:
             return interval
-        due = rows[0][0] if rows else None
         if due is None:
             return interval
-        from django.utils import timezone
-
         seconds = (due - timezone.now()).total_seconds()
         # A little after `due`, so the database's clock has passed it too.
         return min(interval, max(0.005, seconds + 0.005))
@@ -474,24 +459,19 @@ class Worker:
                 if job is None:
                     return
                 started = time.perf_counter()
-                outcome = self._run_attempt(job)
+                outcome = self._execute(job)
                 self._finished(job, outcome, time.perf_counter() - started)
         finally:
             connections.close_all()
 
-    def _run_attempt(self, job: ClaimedJob) -> Outcome:
-        """Run the job under the watchdog; the attempt ends when the handler returns.
+    def _execute(self, job: ClaimedJob) -> Outcome | None:
+        """Run the job under the watchdog; None when it was no longer ours to run.
 
-        Even past its deadline: the watchdog never interrupts the thread
-        (see ``timeouts.py``), it only records the failed attempt, so the
-        handler's late outcome comes back here and ``_finished`` drops it.
+        The attempt ends when the handler returns, even past its deadline:
+        the watchdog never interrupts the thread (see ``watchdog.py``), it
+        only records the failed attempt, so the handler's late outcome comes
+        back here and ``_finished`` drops it.
         """
-        try:
-            return self._execute(job)
-        finally:
-            self.watchdog.end(job)
-
-    def _execute(self, job: ClaimedJob) -> Outcome:
         try:
             return execute(job, self.config.worker_id, self.policy, self.watchdog)
         except StopWorker as stop:
@@ -501,36 +481,33 @@ class Worker:
             logger.exception("Worker error running job %s", job.id)
             return internal_error(job, self.config.worker_id, self.policy, exc)
 
-    def _finished(self, job: ClaimedJob, outcome: Outcome, duration: float) -> None:
-        with self._lock:
-            # None when shutdown already gave the job back (and counted that).
-            was_running = self._running.pop(job.lease_token, None) is not None
-            if was_running:
-                self._group_of(job).finished()
-            timed_out = job.lease_token in self._timed_out
-            self._timed_out.discard(job.lease_token)
-            drop = job.lease_token in self._abandoned
-            self._abandoned.discard(job.lease_token)
-        if timed_out:
+    def _finished(self, job: ClaimedJob, outcome: Outcome | None, duration: float) -> None:
+        """The handler returned ``outcome``: submit it if the attempt is still its own."""
+        attempt = self.attempts.returned(job.lease_token)
+        state = None if attempt is None else attempt.state
+        if outcome is None or state is None:
+            pass  # never started (released or lease lost while waiting), or unknown
+        elif state is State.FINISHED:
+            if metrics.ENABLED:
+                # Counted here, once per attempt, whatever happens to the write.
+                metrics.record_finished(job, outcome.transition, duration)
+            self.completer.submit(outcome)
+        elif state is State.TIMED_OUT:
             # The watchdog recorded and counted this attempt at its deadline.
             logger.info(
                 "Late outcome of job %s dropped: the attempt had failed at its time limit",
                 job.id, extra={"job_id": str(job.id)},
             )  # fmt: skip
-            self._wake()
-            return
-        if was_running and metrics.ENABLED:
-            # Counted here, once per attempt, whatever happens to the write.
-            metrics.record_finished(job, outcome.kind, duration)
-            if drop and outcome.kind != "released":
-                metrics.record_unrecorded(1)
-        if drop:
+        else:
+            if state is State.LEASE_LOST and metrics.ENABLED:
+                # Still in flight until now; its outcome will never be written.
+                metrics.record_finished(job, outcome.transition, duration)
+                if outcome.transition is not Transition.RELEASE:
+                    metrics.record_unrecorded(1)
             logger.warning(
                 "Outcome of job %s dropped: its lease was lost or released (%s)",
-                job.id, outcome.kind, extra={"job_id": str(job.id)},
+                job.id, outcome.transition.value, extra={"job_id": str(job.id)},
             )  # fmt: skip
-        else:
-            self.completer.submit(outcome)
         self._wake()
 
     # -- callbacks from the other threads --------------------------------
@@ -540,51 +517,40 @@ class Worker:
             self._notified = True
             self._wake_locked()
 
-    def _held_snapshot(self) -> dict[uuid.UUID, uuid.UUID]:
-        with self._lock:
-            return dict(self._held)
-
     def _written(self, outcomes: list[Outcome], written: set[uuid.UUID]) -> None:
+        """Completer: ``outcomes`` were written (the ``written`` ids) or given up on."""
+        self.attempts.written(outcomes)
         retry_delays = [
-            o.delay_us for o in outcomes if o.kind == "failed" and o.delay_us is not None
+            o.delay_us
+            for o in outcomes
+            if o.transition is Transition.RETRY and o.delay_us is not None
         ]
-        with self._cond:
-            for outcome in outcomes:
-                self._held.pop(outcome.job_id, None)
-            if retry_delays:
+        if retry_delays:
+            with self._cond:
                 # Wake when the soonest retry written here falls due.
                 due = time.monotonic() + min(retry_delays) / 1_000_000 + 0.005
                 if self._retry_due is None or due < self._retry_due:
                     self._retry_due = due
                 self._wake_locked()
-        announce = [o.job_id for o in outcomes if o.announce and o.job_id in written]
-        if announce:
-            announce_finished(announce, self.config.alias)
+        hooks.jobs_finished(
+            [o.job_id for o in outcomes if o.announce and o.job_id in written], self.config.alias
+        )
         if metrics.ENABLED and len(written) < len(outcomes):
             metrics.record_unrecorded(
-                sum(1 for o in outcomes if o.job_id not in written and o.kind != "released")
+                sum(
+                    1
+                    for o in outcomes
+                    if o.job_id not in written and o.transition is not Transition.RELEASE
+                )
             )
         for outcome in outcomes:
             if outcome.job_id not in written:
                 logger.warning(
                     "Outcome of job %s (%s) not recorded: the job no longer holds this "
                     "worker's lease (it was reaped, and may have run again)",
-                    outcome.job_id, outcome.kind, extra={"job_id": str(outcome.job_id)},
+                    outcome.job_id, outcome.transition.value,
+                    extra={"job_id": str(outcome.job_id)},
                 )  # fmt: skip
-
-    def _take_timed_out(self, job: ClaimedJob) -> bool:
-        """Watchdog: the attempt is past its deadline; take it from its handler.
-
-        False when the attempt is no longer this worker's to record (it
-        finished, was released, or its lease was lost).
-        """
-        with self._lock:
-            attempt = job.lease_token
-            if attempt not in self._running or attempt in self._abandoned:
-                return False
-            self._abandoned.add(attempt)
-            self._timed_out.add(attempt)
-            return True
 
     def _stuck(self, attempt: Attempt) -> None:
         """Watchdog: a handler thread is still busy ``grace`` s past its deadline; recycle."""
@@ -594,36 +560,21 @@ class Worker:
 
     def _drain_for_recycle(self) -> None:
         """Stop claiming; wait for the in-flight jobs but the timed-out ones (or a stop)."""
-        with self._lock:
-            others = len(self._running.keys() - self._timed_out)
         logger.error(
             "Recycling worker=%s: a handler thread is stuck past its time limit; no new jobs, "
             "waiting for %s in-flight job(s), then exiting with code %s for a restart",
-            self.config.worker_id, others, EXIT_RECYCLE,
+            self.config.worker_id, self.attempts.in_flight(), EXIT_RECYCLE,
             extra={"worker_id": self.config.worker_id},
         )  # fmt: skip
         while not self._stopping:
-            with self._lock:
-                if not self._running.keys() - self._timed_out:
-                    return
+            if not self.attempts.in_flight():
+                return
             self._sleep(0.1)
 
     def _leases_lost(self, lost: set[uuid.UUID]) -> None:
-        """Heartbeat: these held jobs' leases could not be extended.
-
-        Only a job whose handler still runs has really lost its lease here.
-        One whose handler has returned has its outcome with the completer:
-        that write may itself be why the extension missed the row (the
-        heartbeat raced the commit), and if the lease was in fact reaped the
-        completer's fenced write says so. Either way its ``_held`` entry is
-        the completer callback's to drop.
-        """
-        with self._lock:
-            lost = {job_id for job_id in lost if self._held.get(job_id) in self._running}
-            for job_id in lost:
-                self._abandoned.add(self._held.pop(job_id))
-        self.watchdog.cancel(lost)
-        for job_id in lost:
+        """Heartbeat: these held jobs' leases could not be extended (see ``lose_leases``)."""
+        for attempt in self.attempts.lose_leases(lost):
+            job_id = attempt.job.id
             logger.warning(
                 "Lease lost for job %s: it was reaped; this worker's outcome will not be "
                 "recorded",
@@ -637,15 +588,11 @@ class Worker:
         if self.scheduler is not None:
             self.scheduler.stop()  # first: a stopping worker enqueues nothing new
         deadline = time.monotonic() + (c.grace_period if self._stopping else 0)
-        with self._lock:
-            running = len(self._running)
+        running = self.attempts.in_flight()
         if running and self._stopping:
             logger.info("Waiting up to %ss for %s in-flight job(s)", c.grace_period, running)
-        while True:
-            with self._lock:
-                # Timed-out jobs are recorded already; their threads may never return.
-                if not self._running.keys() - self._timed_out:
-                    break
+        # Timed-out attempts are recorded already; their threads may never return.
+        while self.attempts.in_flight():
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -653,15 +600,13 @@ class Worker:
         # No timeout after this point: what it would submit might not be written.
         self.watchdog.stop()
         with self._lock:
-            leftover = [j for j in self._running.values() if j.lease_token not in self._timed_out]
-            self._abandoned.update(job.lease_token for job in leftover)
-            # No longer in flight: the handler thread, if it ever returns,
-            # finds the job gone and counts nothing.
-            self._running.clear()
+            leftover = self.attempts.release_all()
+            # Every slot given back: a handler thread that returns later
+            # finds its attempt released and counts nothing.
             for group in self._groups:
                 group.running = 0
-        self.watchdog.cancel({job.id for job in leftover})
-        for job in leftover:
+        for attempt in leftover:
+            job = attempt.job
             metrics.record_released(job)
             logger.warning(
                 "Releasing job %s type=%s: still running at the end of the grace period",
@@ -702,27 +647,19 @@ class Worker:
         Outcomes still waiting for the completer are written too, so jobs
         that finished are not run again by the reaper.
         """
-        with self._lock:
-            # Not the timed-out ones: their failed attempt is among the unwritten.
-            running = [j for j in self._running.values() if j.lease_token not in self._timed_out]
-        outcomes = self.completer.unwritten() + [release(j.id, j.lease_token) for j in running]
+        # Not the timed-out ones: their failed attempt is among the unwritten.
+        running = self.attempts.handler_owned()
+        outcomes = self.completer.unwritten() + [
+            release(a.job.id, a.job.lease_token) for a in running
+        ]
         if outcomes:
             try:
-                import psycopg
-
-                from ..sql import QUERIES
-
-                params = connection_params(self.config.alias)
-                params["connect_timeout"] = 2
-                with psycopg.connect(**params, autocommit=True) as conn:
-                    conn.execute("SET statement_timeout = 2000")
-                    conn.execute(
-                        QUERIES["finish_jobs"],
-                        {
-                            "outcomes": "[" + ",".join(o.json_row() for o in outcomes) + "]",
-                            "history_limit": self._history_limit,
-                        },
-                    )
+                db.record_outcomes_directly(
+                    self.config.alias,
+                    outcomes,
+                    history_limit=self._history_limit,
+                    timeout_seconds=2.0,
+                )
             except Exception as exc:  # exiting anyway; the reaper will recover them
                 logger.error(
                     "Could not record %s outcome(s) at forced exit: %s", len(outcomes), exc

@@ -1,13 +1,14 @@
 """Heartbeats and the reaper, on a thread (and connection) of their own.
 
 Heartbeat: every ``lease / 3`` the worker pushes back the lease of every
-job it still holds, so a long job keeps its claim; but not past the job's
-time limit: an attempt past its deadline whose timeout could not be
-recorded lets its lease run out, and the reaper takes it back, so the
-reaper and the time limit agree. Reaper: every worker
-periodically returns jobs whose lease expired (their worker died or hung)
-to ``pending`` with backoff, or to ``dead`` when out of attempts; an
-advisory lock in the statement lets one worker reap at a time. Pruning:
+job it still holds (the attempt table says which: not past the job's time
+limit, so an attempt past its deadline whose timeout could not be recorded
+lets its lease run out, and the reaper takes it back: the reaper and the
+time limit agree). Reaper: every worker periodically returns jobs whose
+lease expired (their worker died or hung) to ``pending`` with backoff, or
+to ``dead`` when out of attempts, by the same rule and backoff as any
+failed attempt (``outcomes.after_failure``); an advisory lock in the
+statement lets one worker reap at a time. Pruning:
 when ``RETENTION`` is set, about once a minute one worker (another advisory
 lock) deletes finished jobs past their retention, a few small batches per
 round so that it never hogs the database.
@@ -26,10 +27,11 @@ from datetime import timedelta
 
 from django.db import DatabaseError, connections
 
-from .. import db, metrics, pruning
+from .. import db, hooks, metrics, pruning
+from ..backoff import RetryPolicy
 from ..conf import jobs_settings
-from ..registry import registry
-from ..tasks_bridge import announce_finished
+from ..db.records import ExpiredLease, Outcome, Transition
+from . import outcomes
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -43,32 +45,58 @@ PRUNE_BATCH = 1_000
 PRUNE_MAX_BATCHES = 10
 
 
+def reaped(lease: ExpiredLease, policy: RetryPolicy, reaper_id: str) -> Outcome:
+    """The outcome of an attempt whose lease expired: a failed attempt, by the usual rule.
+
+    Retried with the policy's backoff, or dead when it was the last one,
+    exactly as if its handler had raised. The error names the lost worker.
+    """
+    failure = outcomes.Failure(
+        f"Abandoned: the lease of worker {lease.lease_holder} expired",
+        "django_durable_jobs.LeaseExpired",
+        "",
+    )
+    outcome = outcomes.after_failure(lease, lease.lease_holder, policy, failure)
+    return outcome._replace(
+        last_error=(
+            f"Abandoned: the lease of worker {lease.lease_holder} expired at "
+            f"{lease.lease_expires_at} (the worker died, hung or lost its database connection)."
+        ),
+        announce=outcome.transition is Transition.DEAD,
+    )
+
+
 class Maintenance:
+    """The heartbeat, the reaper and the pruner of one worker.
+
+    ``held()`` gives the leases to extend (``{job id: lease token}``);
+    ``on_lost(job ids)`` hears of held jobs whose lease could not be
+    extended. ``clock`` is the monotonic clock (tests pass their own).
+    """
+
     def __init__(
         self,
         alias: str,
         worker_id: str,
         lease_seconds: float,
-        held: Callable[[], dict[uuid.UUID, uuid.UUID]],
+        held: Callable[[], Mapping[uuid.UUID, uuid.UUID]],
         on_lost: Callable[[set[uuid.UUID]], None],
-        backoff: tuple[float, float, float],
+        policy: RetryPolicy,
         history_limit: int,
         on_heartbeat: Callable[[], None] | None = None,
-        deadlines: Callable[[], Mapping[uuid.UUID, float]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._alias = alias
-        # Monotonic deadlines of the running attempts that have a time
-        # limit, by lease token (the held snapshot's values).
-        self._deadlines = deadlines
         # Each heartbeat also records the worker as alive (workers table).
         self._on_heartbeat = on_heartbeat
+        self._clock = clock
         #: Monotonic time of the last heartbeat that reached the database (/healthz).
         self.last_heartbeat_ok: float | None = None
         self._worker_id = worker_id
         self._lease_seconds = lease_seconds
         self._held = held
         self._on_lost = on_lost
-        self._backoff = backoff
+        self._policy = policy
         self._history_limit = history_limit
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -90,12 +118,12 @@ class Maintenance:
 
     def _run(self) -> None:
         # The first heartbeat at once: the worker shows up as alive from the start.
-        next_heartbeat = time.monotonic()
-        next_reap = time.monotonic() + random.uniform(0, self.reap_interval)
-        next_prune = time.monotonic() + random.uniform(0, self.prune_interval)
+        next_heartbeat = self._clock()
+        next_reap = self._clock() + random.uniform(0, self.reap_interval)
+        next_prune = self._clock() + random.uniform(0, self.prune_interval)
         try:
             while not self._stop.is_set():
-                now = time.monotonic()
+                now = self._clock()
                 if now >= next_heartbeat:
                     self._guarded(self.heartbeat)
                     next_heartbeat = now + self.heartbeat_interval
@@ -108,7 +136,7 @@ class Maintenance:
                 wake = min(next_heartbeat, next_reap)
                 if self.retention:
                     wake = min(wake, next_prune)
-                self._stop.wait(max(0.0, wake - time.monotonic()))
+                self._stop.wait(max(0.0, wake - self._clock()))
         finally:
             connections[self._alias].close()
 
@@ -123,75 +151,50 @@ class Maintenance:
 
     def heartbeat(self) -> None:
         if self._extend_leases():
-            self.last_heartbeat_ok = time.monotonic()
+            self.last_heartbeat_ok = self._clock()
         # After the leases: if this fails (say, its migration is not applied
         # yet), the jobs' leases are extended all the same.
         if self._on_heartbeat is not None:
             self._on_heartbeat()
-            self.last_heartbeat_ok = time.monotonic()
+            self.last_heartbeat_ok = self._clock()
 
     def _extend_leases(self) -> bool:
         """Push back the held jobs' leases; False when none is held (no query)."""
-        held = self._held()
-        if held and self._deadlines is not None:
-            deadlines = self._deadlines()
-            now = time.monotonic()
-            # Past its deadline, an attempt's job is the watchdog's to fail;
-            # if that write never lands, the lease must expire for the reaper.
-            held = {
-                job_id: token
-                for job_id, token in held.items()
-                if token not in deadlines or now < deadlines[token]
-            }
+        held = dict(self._held())
         if not held:
             return False
-        rows = db.execute(
-            self._alias,
-            "extend_leases",
-            {
-                "ids": list(held),
-                "tokens": list(held.values()),
-                "lease_seconds": float(self._lease_seconds),
-            },
-        )
-        extended = {row[0] for row in rows}
+        extended = db.extend_leases(self._alias, held, lease_seconds=self._lease_seconds)
         lost = set(held) - extended
-        # A job finished meanwhile is no longer held: not lost.
-        lost &= set(self._held())
         if lost:
             self._on_lost(lost)
         return True
 
     def reap(self) -> int:
-        base, cap, jitter = self._backoff
-        rows = db.execute(
+        """Return the jobs of expired leases to pending or dead; how many."""
+        reaped_jobs = db.reap(
             self._alias,
-            "reap_jobs",
-            {
-                "lock_key": REAPER_LOCK_KEY,
-                "limit": REAP_BATCH,
-                "backoff_base": base,
-                "backoff_cap": cap,
-                "backoff_jitter": jitter,
-                "history_limit": self._history_limit,
-            },
+            lock_key=REAPER_LOCK_KEY,
+            limit=REAP_BATCH,
+            history_limit=self._history_limit,
+            decide=lambda lease: reaped(lease, self._policy, self._worker_id),
         )
-        for job_id, job_type, status, attempts, last_error in rows:
-            log = logger.error if status == "dead" else logger.warning
+        for lease, outcome in reaped_jobs:
+            now = "dead" if outcome.transition is Transition.DEAD else "pending"
+            log = logger.error if now == "dead" else logger.warning
             log(
                 "Job reaped id=%s type=%s attempt=%s now=%s worker=%s: %s",
-                job_id, job_type, attempts, status, self._worker_id, last_error,
+                lease.id, lease.type, lease.attempt, now, self._worker_id, outcome.last_error,
                 extra={
-                    "job_id": str(job_id), "job_type": job_type, "attempt": attempts,
+                    "job_id": str(lease.id), "job_type": lease.type, "attempt": lease.attempt,
                     "worker_id": self._worker_id,
                 },
             )  # fmt: skip
-        metrics.record_reaped(len(rows))
-        # Django tasks (no @job handles their type) that the reaper killed.
-        dead = [row[0] for row in rows if row[2] == "dead" and row[1] not in registry]
-        if dead:
-            announce_finished(dead, self._alias)
-        return len(rows)
+        metrics.record_reaped(len(reaped_jobs))
+        # Jobs that ended dead without their handler saying so (Django tasks listen).
+        hooks.jobs_finished(
+            [lease.id for lease, outcome in reaped_jobs if outcome.announce], self._alias
+        )
+        return len(reaped_jobs)
 
     def prune(self) -> int | None:
         """Delete finished jobs past ``RETENTION``; None when another worker holds the lock.

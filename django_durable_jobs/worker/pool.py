@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ..constants import QUEUE_MAX_LENGTH, QUEUE_NAME_RE
-from .claimed import ClaimedJob
+from ..db.records import ClaimedJob
 
 #: The most handler threads one worker process may run, all groups together.
 MAX_SLOTS = 1_000

@@ -7,57 +7,43 @@ at a graceful shutdown. A killed worker leaves its row behind; its stale
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 
-if TYPE_CHECKING:
-    from .loop import WorkerConfig
+from .. import db
 
 #: Rows of workers killed without a graceful stop are deleted by the next
 #: heartbeat of any worker once this old (kept a while for the admin).
-STALE_AFTER = "1 day"
-
-# One statement: forget long-dead workers, then upsert this one.
-UPSERT = (
-    """
-WITH forgotten AS (
-    DELETE FROM durable_jobs_worker
-    WHERE last_heartbeat < now() - interval '"""
-    + STALE_AFTER
-    + """' AND id <> %(id)s
-)
-INSERT INTO durable_jobs_worker
-    (id, host, pid, queues, concurrency, lease_seconds, started_at, last_heartbeat)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, %(lease)s, now(), now())
-ON CONFLICT (id) DO UPDATE SET
-    host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
-    concurrency = EXCLUDED.concurrency, lease_seconds = EXCLUDED.lease_seconds,
-    started_at = CASE WHEN durable_jobs_worker.pid = EXCLUDED.pid
-                      THEN durable_jobs_worker.started_at ELSE now() END,
-    last_heartbeat = now()
-"""
-)
+FORGET_AFTER_SECONDS = 86_400.0
 
 
 class Presence:
     """``concurrency`` in the row is the worker's current number of slots
     (``current_slots()`` at each heartbeat), which an elastic pool changes."""
 
-    def __init__(self, config: WorkerConfig, current_slots: Callable[[], int]) -> None:
-        self._alias = config.alias
+    def __init__(
+        self,
+        *,
+        alias: str,
+        worker_id: str,
+        queues: frozenset[str] | None,
+        max_slots: int,
+        lease_seconds: float,
+        current_slots: Callable[[], int],
+    ) -> None:
+        self._alias = alias
         self._current_slots = current_slots
         self._params = {
-            "id": config.worker_id,
+            "id": worker_id,
             "host": socket.gethostname()[:255],
             "pid": os.getpid(),
-            "queues": json.dumps(sorted(config.queues) if config.queues else []),
-            "concurrency": config.max_slots,
-            "lease": float(config.lease_seconds),
+            "queues": sorted(queues) if queues else [],
+            "concurrency": max_slots,
+            "lease": float(lease_seconds),
         }
 
     def beat(self) -> None:
@@ -67,15 +53,10 @@ class Presence:
             **self._params,
             "concurrency": self._current_slots() or self._params["concurrency"],
         }
-        with connections[self._alias].cursor() as cursor:
-            cursor.execute(UPSERT, params)
+        db.upsert_worker(self._alias, params, forget_after_seconds=FORGET_AFTER_SECONDS)
 
     def remove(self) -> None:
         """Delete this worker's row at a graceful shutdown; best effort."""
-        try:
-            with connections[self._alias].cursor() as cursor:
-                cursor.execute(
-                    "DELETE FROM durable_jobs_worker WHERE id = %s", [self._params["id"]]
-                )
-        except DatabaseError:
-            pass  # its heartbeat goes stale, which readers treat as gone
+        # On failure its heartbeat goes stale, which readers treat as gone.
+        with contextlib.suppress(DatabaseError):
+            db.delete_worker(self._alias, str(self._params["id"]))

@@ -1,4 +1,4 @@
--- The queue's hot-path SQL, kept in one place (see db.py, the only caller).
+-- The queue's SQL, kept in one place: the gateway (db/__init__.py) is its only caller.
 -- Each query starts with a `-- name --` header and a one-line description.
 -- Parameters are named: %(name)s.
 
@@ -184,34 +184,37 @@ WHERE job.id = candidates.id
 RETURNING job.id, job.type, job.queue, job.payload, job.attempts, job.max_attempts,
     job.lease_token, job.available_at, job.started_at, job.idempotency_key, job.timeout;
 
--- finish_jobs --
--- Record the outcomes of a batch of attempts in one statement. Each outcome is fenced by its claim's lease token: an outcome from a worker whose lease was reaped (and maybe claimed again) matches no row and changes nothing. Returns the ids written.
+-- record_outcomes --
+-- Record the outcomes of a batch of attempts in one statement: each row's transition (complete, retry, dead, release) says what it writes. Each outcome is fenced by its claim's lease token: an outcome from a worker whose lease was reaped (and maybe claimed again) matches no row and changes nothing. Returns the ids written.
 WITH outcome AS (
-    -- Row: [id, lease_token, status, result, delay_us, run_at, last_error,
-    --       error_entry, release]
+    -- Row: [id, lease_token, transition, result, delay_us, run_at,
+    --       last_error, error_entry]
     SELECT
         (o->>0)::uuid AS id,
         (o->>1)::uuid AS token,
-        o->>2 AS status,
+        o->>2 AS transition,
         NULLIF(o->3, 'null'::jsonb) AS result,
         (o->>4)::bigint AS delay_us,
         (o->>5)::timestamptz AS run_at,
         o->>6 AS last_error,
-        NULLIF(o->7, 'null'::jsonb) AS error_entry,
-        (o->>8)::boolean AS release
+        NULLIF(o->7, 'null'::jsonb) AS error_entry
     FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
 )
 UPDATE durable_jobs_job AS job
-SET status = outcome.status,
-    result = CASE WHEN outcome.status = 'completed' THEN outcome.result ELSE job.result END,
-    completed_at = CASE WHEN outcome.status IN ('completed', 'dead') THEN now() END,
+SET status = CASE outcome.transition
+        WHEN 'complete' THEN 'completed'
+        WHEN 'dead' THEN 'dead'
+        ELSE 'pending'  -- retry, release
+    END,
+    result = CASE WHEN outcome.transition = 'complete' THEN outcome.result ELSE job.result END,
+    completed_at = CASE WHEN outcome.transition IN ('complete', 'dead') THEN now() END,
     available_at = CASE
-        WHEN outcome.status = 'pending'
+        WHEN outcome.transition IN ('retry', 'release')
         THEN COALESCE(outcome.run_at, now() + COALESCE(outcome.delay_us, 0) * interval '1 microsecond')
         ELSE job.available_at
     END,
     -- A release (shutdown) gives the attempt back: it never really ran.
-    attempts = CASE WHEN outcome.release THEN job.attempts - 1 ELSE job.attempts END,
+    attempts = CASE WHEN outcome.transition = 'release' THEN job.attempts - 1 ELSE job.attempts END,
     last_error = COALESCE(outcome.last_error, job.last_error),
     errors = CASE
         WHEN outcome.error_entry IS NULL THEN job.errors
@@ -240,53 +243,17 @@ WHERE job.id = held.id AND job.lease_token = held.token AND job.status = 'runnin
 RETURNING job.id;
 
 -- reap_jobs --
--- Return running jobs whose lease expired (their worker died or hung) to pending with backoff, or to dead when out of attempts. A transaction-level advisory lock lets one reaper work at a time; the others skip.
+-- Find and lock (up to %(limit)s) running jobs whose lease expired: their worker died or hung. The reaper decides each one's retry or dead in Python (the same rules as a failed attempt) and writes them with record_outcomes in the same transaction, fenced by the lease token read here. A transaction-level advisory lock lets one reaper work at a time; the others find nothing.
 WITH reaper AS (
     SELECT pg_try_advisory_xact_lock(%(lock_key)s) AS acquired
-),
-expired AS (
-    SELECT id
-    FROM durable_jobs_job
-    WHERE status = 'running' AND lease_expires_at < now()
-        AND (SELECT acquired FROM reaper)
-    ORDER BY lease_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 )
-UPDATE durable_jobs_job AS job
-SET status = CASE WHEN job.attempts >= job.max_attempts THEN 'dead' ELSE 'pending' END,
-    completed_at = CASE WHEN job.attempts >= job.max_attempts THEN now() END,
-    available_at = CASE
-        WHEN job.attempts >= job.max_attempts THEN job.available_at
-        ELSE now() + make_interval(secs => LEAST(
-            %(backoff_cap)s::float8,
-            LEAST(%(backoff_cap)s::float8, %(backoff_base)s::float8 * power(2, LEAST(job.attempts - 1, 1000)))
-                * (1 + %(backoff_jitter)s::float8 * (2 * random() - 1))
-        ))
-    END,
-    last_error = format(
-        'Abandoned: the lease of worker %%s expired at %%s (the worker died, hung or lost its database connection).',
-        job.lease_holder, job.lease_expires_at
-    ),
-    errors = (
-        SELECT jsonb_agg(entry ORDER BY position)
-        FROM jsonb_array_elements(job.errors || jsonb_build_array(jsonb_build_object(
-            'attempt', job.attempts,
-            'at', now(),
-            'error', format('Abandoned: the lease of worker %%s expired', job.lease_holder),
-            'exception', 'django_durable_jobs.LeaseExpired',
-            'traceback', '',
-            'worker', job.lease_holder
-        ))) WITH ORDINALITY AS history(entry, position)
-        WHERE position > jsonb_array_length(job.errors) + 1 - %(history_limit)s
-    ),
-    lease_holder = NULL,
-    lease_expires_at = NULL,
-    lease_token = NULL,
-    updated_at = now()
-FROM expired
-WHERE job.id = expired.id
-RETURNING job.id, job.type, job.status, job.attempts, job.last_error;
+SELECT id, type, queue, attempts, max_attempts, lease_token, lease_holder, lease_expires_at
+FROM durable_jobs_job
+WHERE status = 'running' AND lease_expires_at < now()
+    AND (SELECT acquired FROM reaper)
+ORDER BY lease_expires_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
 
 -- next_available_at --
 -- When the next pending job in these queues (NULL: all) becomes runnable, so an idle worker can sleep until then instead of a full poll interval.
@@ -324,3 +291,34 @@ deleted AS (
     RETURNING job.id
 )
 SELECT (SELECT acquired FROM pruner), (SELECT count(*) FROM deleted);
+
+-- upsert_worker --
+-- Heartbeat: upsert this worker's row in the workers table (who is alive, for health and the admin), and forget workers whose heartbeat stopped more than %(forget_after_seconds)s ago (killed without a graceful stop), in one statement.
+WITH forgotten AS (
+    DELETE FROM durable_jobs_worker
+    WHERE last_heartbeat < now() - make_interval(secs => %(forget_after_seconds)s::float8)
+        AND id <> %(id)s
+)
+INSERT INTO durable_jobs_worker
+    (id, host, pid, queues, concurrency, lease_seconds, started_at, last_heartbeat)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, %(lease)s, now(), now())
+ON CONFLICT (id) DO UPDATE SET
+    host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
+    concurrency = EXCLUDED.concurrency, lease_seconds = EXCLUDED.lease_seconds,
+    started_at = CASE WHEN durable_jobs_worker.pid = EXCLUDED.pid
+                      THEN durable_jobs_worker.started_at ELSE now() END,
+    last_heartbeat = now()
+RETURNING id;
+
+-- delete_worker --
+-- A graceful shutdown: this worker's row goes.
+DELETE FROM durable_jobs_worker WHERE id = %(id)s RETURNING id;
+
+-- queue_depth --
+-- For the queue-depth metrics: jobs per queue and status (pending, running, dead), and the age in seconds of the oldest runnable pending job per queue.
+SELECT queue, status, count(*),
+       EXTRACT(EPOCH FROM now() - min(available_at)
+               FILTER (WHERE status = 'pending' AND available_at <= now()))
+FROM durable_jobs_job
+WHERE status IN ('pending', 'running', 'dead')
+GROUP BY queue, status;

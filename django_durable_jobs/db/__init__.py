@@ -1,0 +1,405 @@
+"""The gateway: the only code in the package that runs SQL of its own.
+
+Typed functions, one per thing the queue asks of PostgreSQL (insert, claim,
+record outcomes, extend leases, reap, prune, the worker's row, queue depth,
+LISTEN). Their SQL is in ``queries.sql``; the JSON documents that carry a
+batch into one statement are built here too. The ORM serves everything else
+(admin, API, CLI, operations).
+
+Every function runs on the Django connection of the job table's database,
+so it shares the caller's transaction: a job enqueued inside
+``transaction.atomic()`` commits or rolls back with the caller's data.
+
+Two paths to the connection:
+
+- ``_run_through_django``: Django's cursor wrapper, so what users hook into
+  Django's query execution (``CaptureQueriesContext``, the Debug Toolbar,
+  ``connection.execute_wrapper``, Sentry, OpenTelemetry) sees the statement.
+  A single ``enqueue()``, the one call made from users' request code, goes
+  this way.
+- ``_run``: a server-side binding cursor with binary parameters, kept per
+  psycopg connection. Django's cursor binds on the client, quoting every
+  array element in Python; this path makes a 20,000-job ``enqueue_many``
+  about a third faster and serves the worker's threads, whose statements
+  run on the worker's own connections, not in users' code.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from json.encoder import encode_basestring as _json_str
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import psycopg
+from django.db import connections, router, transaction
+
+from ..conf import jobs_settings
+from .queries import QUERIES
+from .records import ClaimedJob, ExpiredLease, Outcome, Transition
+
+if TYPE_CHECKING:
+    from ..validation import JobSpec
+
+__all__ = [
+    "QUERIES",
+    "ClaimedJob",
+    "ExpiredLease",
+    "Outcome",
+    "PruneResult",
+    "Transition",
+    "claim",
+    "claim_per_queue",
+    "connection_params",
+    "database_alias",
+    "delete_worker",
+    "extend_leases",
+    "insert_jobs",
+    "listen",
+    "next_available_at",
+    "notify",
+    "prune_batch",
+    "queue_depth",
+    "reap",
+    "record_outcomes",
+    "record_outcomes_directly",
+    "upsert_worker",
+]
+
+
+def database_alias(using: str | None = None) -> str:
+    """The database the ``Job`` table lives in (as the project's routers say)."""
+    if using is not None:
+        return using
+    from ..models import Job  # models import conf; the gateway must import without apps ready
+
+    return router.db_for_write(Job) or "default"
+
+
+# -- running statements ---------------------------------------------------
+
+
+def _run(using: str, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """Run the named query on the fast path (see the module docstring); fetch its rows.
+
+    Database errors still come out as ``django.db`` exceptions, as from the ORM.
+    """
+    connection = connections[using]
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    with connection.wrap_database_errors:
+        cursor = _cursor(connection)
+        cursor.execute(QUERIES[name], params, binary=True)
+        # Every named query returns rows (RETURNING or SELECT); not testing
+        # cursor.description saves building its Column objects per call.
+        return cursor.fetchall()
+
+
+def _run_through_django(using: str, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """Run the named query through Django's cursor, which users' instrumentation sees."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(QUERIES[name], params)
+        return cursor.fetchall()
+
+
+_CURSOR_ATTRIBUTE = "_durable_jobs_cursor"
+
+
+def _cursor(connection: Any) -> psycopg.Cursor[Any]:
+    """A server-side binding cursor kept for the life of the psycopg connection.
+
+    Making a psycopg cursor per statement costs a measurable share of a
+    small statement. Django connections are per thread, and a reconnect
+    makes a new psycopg connection, hence a new cursor.
+    """
+    cursor = getattr(connection, _CURSOR_ATTRIBUTE, None)
+    if cursor is None or cursor.closed or cursor.connection is not connection.connection:
+        cursor = psycopg.Cursor(connection.connection)
+        setattr(connection, _CURSOR_ATTRIBUTE, cursor)
+    return cursor
+
+
+def connection_params(using: str) -> dict[str, Any]:
+    """``psycopg.connect()`` arguments for Django's database ``using``.
+
+    For the connections the worker opens outside Django's: LISTEN, and the
+    last write of a forced exit.
+    """
+    params = dict(connections[using].get_connection_params())
+    for django_only in ("cursor_factory", "context", "prepare_threshold", "server_side_binding"):
+        params.pop(django_only, None)
+    return params
+
+
+# -- enqueue --------------------------------------------------------------
+
+
+def notify(using: str, queues: Iterable[str]) -> None:
+    """Wake the workers of ``queues`` (delivered when the transaction commits)."""
+    names = sorted(set(queues))
+    if names:
+        _run(using, "notify_queues", {"channel": jobs_settings.NOTIFY_CHANNEL, "queues": names})
+
+
+def insert_jobs(
+    specs: Sequence[JobSpec], ids: Sequence[uuid.UUID], *, using: str
+) -> dict[uuid.UUID, tuple[datetime, datetime]]:
+    """Insert ``specs`` with ``ids`` in one statement (one round trip).
+
+    Returns ``{id: (available_at, created_at)}`` for the rows inserted; a
+    row missing from it was skipped because its idempotency key is taken.
+    """
+    channel = jobs_settings.NOTIFY_CHANNEL
+    if len(specs) == 1:
+        spec = specs[0]
+        rows = _run_through_django(
+            using,
+            "insert_job",
+            {
+                "id": ids[0],
+                "type": spec.type,
+                "queue": spec.queue,
+                "payload": spec.payload_json,
+                "key": spec.idempotency_key,
+                "priority": spec.priority,
+                "max_attempts": spec.max_attempts,
+                "delay_us": spec.delay_us,
+                "run_at": spec.run_at,
+                "timeout": spec.timeout,
+                "channel": channel,
+            },
+        )
+        return {row[0]: (row[1], row[2]) for row in rows}
+
+    keyed = any(spec.idempotency_key is not None for spec in specs)
+    document = "[" + ",".join(map(_job_row, specs, ids)) + "]"
+    ((inserted, now),) = _run(
+        using,
+        "insert_jobs" if keyed else "insert_jobs_unkeyed",
+        {"jobs": document, "channel": channel},
+    )
+    if keyed:
+        inserted_ids = set(inserted or ())
+    else:
+        assert inserted == len(specs)
+        inserted_ids = set(ids)
+    # Computed here exactly as the SQL does (whole microseconds), rather
+    # than sent back row by row.
+    return {
+        job_id: (
+            spec.run_at
+            if spec.run_at is not None
+            else now
+            if spec.delay_us is None
+            else now + timedelta(microseconds=spec.delay_us),
+            now,
+        )
+        for spec, job_id in zip(specs, ids, strict=True)
+        if job_id in inserted_ids
+    }
+
+
+def _job_row(spec: JobSpec, job_id: uuid.UUID) -> str:
+    """One row of ``insert_jobs``' JSON document (see the query for the layout)."""
+    return (
+        f'["{job_id}",{_json_str(spec.type)},{_json_str(spec.queue)},{spec.payload_json},'
+        f"{'null' if spec.idempotency_key is None else _json_str(spec.idempotency_key)},"
+        f"{spec.priority},{spec.max_attempts},"
+        f"{'null' if spec.delay_us is None else spec.delay_us},"
+        f"{'null' if spec.run_at is None else _json_str(spec.run_at.isoformat())},"
+        f"{'null' if spec.timeout is None else repr(spec.timeout)}]"
+    )
+
+
+# -- the worker: claim, outcomes, leases ----------------------------------
+
+
+def claim(
+    using: str,
+    *,
+    worker_id: str,
+    lease_seconds: float,
+    limit: int,
+    queues: Iterable[str] | None = None,
+) -> list[ClaimedJob]:
+    """Claim up to ``limit`` runnable jobs (of ``queues``; None: any queue)."""
+    params: dict[str, Any] = {
+        "worker_id": worker_id,
+        "lease_seconds": float(lease_seconds),
+        "limit": limit,
+    }
+    if queues is None:
+        rows = _run(using, "claim_jobs", params)
+    else:
+        rows = _run(using, "claim_jobs_in_queues", {**params, "queues": sorted(queues)})
+    return [ClaimedJob(*row) for row in rows]
+
+
+def claim_per_queue(
+    using: str, *, worker_id: str, lease_seconds: float, limits: Sequence[tuple[str, int]]
+) -> list[ClaimedJob]:
+    """Claim up to ``free`` jobs of each ``(queue, free)`` in ``limits``, in one statement."""
+    rows = _run(
+        using,
+        "claim_jobs_per_queue",
+        {
+            "worker_id": worker_id,
+            "lease_seconds": float(lease_seconds),
+            "queues": [queue for queue, _ in limits],
+            "limits": [free for _, free in limits],
+            "total": sum(free for _, free in limits),
+        },
+    )
+    return [ClaimedJob(*row) for row in rows]
+
+
+def _outcome_row(outcome: Outcome) -> str:
+    """One row of ``record_outcomes``' JSON document (see the query for the layout)."""
+    return (
+        f'["{outcome.job_id}","{outcome.lease_token}","{outcome.transition.value}",'
+        f"{outcome.result_json},"
+        f"{'null' if outcome.delay_us is None else outcome.delay_us},"
+        f"{'null' if outcome.run_at is None else _json_str(outcome.run_at.isoformat())},"
+        f"{'null' if outcome.last_error is None else _json_str(outcome.last_error)},"
+        f"{outcome.error_entry_json}]"
+    )
+
+
+def _outcomes_params(outcomes: Sequence[Outcome], history_limit: int) -> dict[str, Any]:
+    return {
+        "outcomes": "[" + ",".join(map(_outcome_row, outcomes)) + "]",
+        "history_limit": history_limit,
+    }
+
+
+def record_outcomes(
+    using: str, outcomes: Sequence[Outcome], *, history_limit: int
+) -> set[uuid.UUID]:
+    """Write ``outcomes`` in one statement; the ids written (the others lost their lease)."""
+    rows = _run(using, "record_outcomes", _outcomes_params(outcomes, history_limit))
+    return {row[0] for row in rows}
+
+
+def record_outcomes_directly(
+    using: str, outcomes: Sequence[Outcome], *, history_limit: int, timeout_seconds: float
+) -> None:
+    """``record_outcomes`` on a fresh connection, bounded in time: a forced exit's last write.
+
+    Not on the worker's Django connections: the signal handler that calls it
+    may have interrupted any of them mid-statement.
+    """
+    params = connection_params(using)
+    params["connect_timeout"] = max(1, round(timeout_seconds))
+    with psycopg.connect(**params, autocommit=True) as conn:
+        conn.execute(
+            "SELECT set_config('statement_timeout', %s, false)",
+            [str(round(timeout_seconds * 1000))],
+        )
+        conn.execute(QUERIES["record_outcomes"], _outcomes_params(outcomes, history_limit))
+
+
+def extend_leases(
+    using: str, held: Mapping[uuid.UUID, uuid.UUID], *, lease_seconds: float
+) -> set[uuid.UUID]:
+    """Push back the leases of ``held`` (``{job id: lease token}``); the ids extended."""
+    rows = _run(
+        using,
+        "extend_leases",
+        {"ids": list(held), "tokens": list(held.values()), "lease_seconds": float(lease_seconds)},
+    )
+    return {row[0] for row in rows}
+
+
+def reap(
+    using: str,
+    *,
+    lock_key: int,
+    limit: int,
+    history_limit: int,
+    decide: Callable[[ExpiredLease], Outcome],
+) -> list[tuple[ExpiredLease, Outcome]]:
+    """Return expired leases' jobs to pending or dead, as ``decide`` says, in one transaction.
+
+    The rows stay locked from the read to the write, so a late heartbeat or
+    outcome of the lost worker waits, then finds the lease token gone.
+    """
+    with transaction.atomic(using=using):
+        expired = [
+            ExpiredLease(*row)
+            for row in _run(using, "reap_jobs", {"lock_key": lock_key, "limit": limit})
+        ]
+        if not expired:
+            return []
+        outcomes = [decide(lease) for lease in expired]
+        written = record_outcomes(using, outcomes, history_limit=history_limit)
+    return [pair for pair in zip(expired, outcomes, strict=True) if pair[0].id in written]
+
+
+def next_available_at(using: str, queues: Iterable[str] | None) -> datetime | None:
+    """When the next pending job of ``queues`` (None: all) becomes runnable."""
+    names = sorted(queues) if queues is not None else None
+    rows = _run(using, "next_available_at", {"queues": names})
+    return rows[0][0] if rows else None
+
+
+def listen(conn: psycopg.Connection[Any], channel: str) -> None:
+    """``LISTEN`` on ``channel`` (an identifier: it cannot be a bound parameter)."""
+    conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+
+
+# -- the workers table ----------------------------------------------------
+
+
+def upsert_worker(using: str, row: Mapping[str, Any], *, forget_after_seconds: float) -> None:
+    """Record the worker as alive now; forget workers silent for ``forget_after_seconds``."""
+    params = {**row, "queues": json.dumps(list(row["queues"]))}
+    _run_through_django(
+        using, "upsert_worker", {**params, "forget_after_seconds": forget_after_seconds}
+    )
+
+
+def delete_worker(using: str, worker_id: str) -> None:
+    _run_through_django(using, "delete_worker", {"id": worker_id})
+
+
+# -- retention and metrics ------------------------------------------------
+
+
+class PruneResult(NamedTuple):
+    acquired: bool
+    deleted: int
+
+
+def prune_batch(
+    using: str,
+    statuses: Iterable[str],
+    older_than: timedelta,
+    *,
+    limit: int,
+    lock_key: int | None,
+) -> PruneResult:
+    """Delete up to ``limit`` finished jobs of ``statuses`` older than ``older_than``.
+
+    With ``lock_key``, nothing is deleted when another pruner holds it.
+    """
+    ((acquired, deleted),) = _run(
+        using,
+        "prune_jobs",
+        {
+            "statuses": [str(status) for status in statuses],
+            "older_than_seconds": older_than.total_seconds(),
+            "limit": limit,
+            "lock_key": lock_key,
+        },
+    )
+    return PruneResult(bool(acquired), int(deleted))
+
+
+def queue_depth(using: str) -> list[tuple[str, str, int, float | None]]:
+    """``(queue, status, count, oldest runnable pending age in seconds)`` rows."""
+    return [
+        (queue, status, int(count), None if age is None else max(float(age), 0.0))
+        for queue, status, count, age in _run_through_django(using, "queue_depth", {})
+    ]

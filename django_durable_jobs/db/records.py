@@ -1,0 +1,71 @@
+"""The rows the gateway hands out and takes in: typed, and nothing more.
+
+``ClaimedJob`` is what the claim returns, ``Outcome`` what ends an attempt
+(``record_outcomes`` writes them), ``ExpiredLease`` what the reaper finds.
+The verbs of the transitions are the ``Transition`` values; the same words
+name the code that builds each outcome (``worker/outcomes.py``), the log
+lines and, mapped once in ``metrics.py``, the metric labels.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import datetime
+from typing import Any, NamedTuple
+
+
+class Transition(str, enum.Enum):
+    """How an attempt ends, as ``record_outcomes`` writes it."""
+
+    #: The handler returned: ``completed``, with its result.
+    COMPLETE = "complete"
+    #: A failed attempt with attempts left: ``pending`` again, after a delay.
+    RETRY = "retry"
+    #: A failed attempt with none left, or ``Discard``: ``dead``.
+    DEAD = "dead"
+    #: Given back unfinished (shutdown): ``pending`` now, the attempt not counted.
+    RELEASE = "release"
+
+
+class ClaimedJob(NamedTuple):
+    # The order of the claim queries' RETURNING clause.
+    id: uuid.UUID
+    type: str
+    queue: str
+    payload: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    lease_token: uuid.UUID
+    available_at: datetime
+    started_at: datetime
+    idempotency_key: str | None
+    timeout: float | None  # per-job override; None: the handler's or the setting
+
+
+class Outcome(NamedTuple):
+    job_id: uuid.UUID
+    lease_token: uuid.UUID
+    transition: Transition
+    result_json: str = "null"
+    delay_us: int | None = None
+    run_at: datetime | None = None
+    last_error: str | None = None
+    error_entry_json: str = "null"
+    #: Not written: once written, tell ``hooks.jobs_finished`` (the job ended
+    #: without its handler saying so: dead at its time limit, or reaped dead).
+    announce: bool = False
+
+
+class ExpiredLease(NamedTuple):
+    """A running job whose lease ran out, locked by the reaper's transaction."""
+
+    # The order of reap_jobs' RETURNING clause.
+    id: uuid.UUID
+    type: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    lease_token: uuid.UUID
+    lease_holder: str
+    lease_expires_at: datetime
