@@ -169,7 +169,7 @@ def test_jobs_without_keys_are_never_merged() -> None:
 
 def test_enqueue_many_inserts_thousands_in_one_statement() -> None:
     jobs = [{"type": "tests.bulk", "payload": {"i": i}, "priority": i % 3} for i in range(5000)]
-    with mock.patch.object(gateway, "execute", wraps=gateway.execute) as execute:
+    with mock.patch.object(gateway, "_run", wraps=gateway._run) as execute:
         results = enqueue_many(jobs)
     assert execute.call_count == 1
     assert len(results) == 5000 and all(r.created for r in results)
@@ -184,7 +184,7 @@ def test_enqueue_many_honours_keys_in_one_round_trip_when_all_are_new() -> None:
         {"type": "tests.bulk", "payload": {"i": i}, "idempotency_key": f"b-{i}"}
         for i in range(3000)
     ]
-    with mock.patch.object(gateway, "execute", wraps=gateway.execute) as execute:
+    with mock.patch.object(gateway, "_run", wraps=gateway._run) as execute:
         results = enqueue_many(jobs)
     assert execute.call_count == 1
     assert all(r.created for r in results)

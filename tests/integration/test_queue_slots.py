@@ -6,6 +6,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
+from unittest import mock
 
 import pytest
 from django.db import connection
@@ -14,6 +16,7 @@ from django.db.models import Count
 from django_durable_jobs import db as gateway
 from django_durable_jobs import enqueue_many
 from django_durable_jobs.constants import CLAIM_QUEUE_INDEX, QUEUE_INDEX
+from django_durable_jobs.db.records import ClaimedJob
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.sql import QUERIES
 from django_durable_jobs.worker import Worker, WorkerConfig
@@ -109,24 +112,22 @@ def test_each_claim_asks_each_queue_for_its_own_free_slots_in_one_statement() ->
     backlog("emails", 8, 0.05)
     backlog("default", 8, 0.05)
     calls: list[dict[str, object]] = []
-    original = gateway.execute
+    original = gateway.claim_per_queue
 
-    def spy(using: str, name: str, params: dict[str, object]) -> list[tuple[object, ...]]:
-        rows = original(using, name, params)
-        if name.startswith("claim_jobs"):
-            assert name == "claim_jobs_per_queue"
-            limits = dict(zip(params["queues"], params["limits"], strict=True))  # type: ignore[call-overload]
-            got: dict[str, int] = {}
-            for row in rows:
-                got[row[2]] = got.get(row[2], 0) + 1  # type: ignore[index]
-            calls.append({"limits": limits, "got": got})
-        return rows
+    def spy(using: str, **params: Any) -> list[ClaimedJob]:
+        jobs = original(using, **params)
+        limits = dict(params["limits"])
+        got: dict[str, int] = {}
+        for job in jobs:
+            got[job.queue] = got.get(job.queue, 0) + 1
+        calls.append({"limits": limits, "got": got})
+        return jobs
 
-    gateway.execute = spy  # type: ignore[assignment]
-    try:
+    with (
+        mock.patch.object(gateway, "claim_per_queue", spy),
+        mock.patch.object(gateway, "claim", side_effect=AssertionError("claim_per_queue only")),
+    ):
         Worker(config(queue_slots={"emails": 1, "default": 3})).run()
-    finally:
-        gateway.execute = original  # type: ignore[assignment]
     assert calls[0]["limits"] == {"emails": 1, "default": 3}
     for call in calls:
         limits, got = call["limits"], call["got"]

@@ -15,11 +15,12 @@ from django.test import override_settings
 from django_durable_jobs import IdempotencyConflict, InvalidJob, db, enqueue, enqueue_many
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker import Worker, WorkerConfig
+from django_durable_jobs.worker.attempts import AttemptTable
 from django_durable_jobs.worker.claimed import ClaimedJob
 from django_durable_jobs.worker.executor import RetryPolicy, timed_out
 from django_durable_jobs.worker.loop import EXIT_OK, EXIT_RECYCLE
 from django_durable_jobs.worker.maintenance import Maintenance
-from django_durable_jobs.worker.outcomes import Outcome
+from django_durable_jobs.worker.outcomes import Outcome, complete
 from tests.testapp.models import Execution
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -182,7 +183,7 @@ def test_a_spinner_back_within_the_grace_keeps_its_slot_then_serves_the_next_job
     try:
         wait_for(finished(spinner.pk), 30, "the spinner to go dead")
         wait_for(finished(after.pk), 30, "the next job on the same slot")
-        wait_for(lambda: not running.worker._running, 10, "the spinner's thread to return")
+        wait_for(lambda: not running.worker.attempts, 10, "the spinner's thread to return")
         time.sleep(0.3)  # let any (wrong) late outcome reach the database
         assert running.worker.slots == 1
         assert running.worker.watchdog.stuck() == []
@@ -213,7 +214,7 @@ def test_the_late_outcome_of_a_timed_out_attempt_is_dropped() -> None:
     running = Running(concurrency=2)
     try:
         wait_for(finished(job.pk), 30, "the job to go dead")
-        wait_for(lambda: not running.worker._running, 10, "the sleeping threads to return")
+        wait_for(lambda: not running.worker.attempts, 10, "the sleeping threads to return")
         time.sleep(0.3)  # let any (wrong) late outcome reach the database
     finally:
         assert running.stop() == EXIT_OK
@@ -284,7 +285,7 @@ def test_a_handler_returning_right_at_its_deadline_gets_exactly_one_outcome() ->
             60,
             "every job to finish",
         )
-        wait_for(lambda: not running.worker._running, 10, "the handler threads to return")
+        wait_for(lambda: not running.worker.attempts, 10, "the handler threads to return")
         time.sleep(0.3)
     finally:
         assert running.stop() == EXIT_OK
@@ -306,19 +307,12 @@ def test_a_handler_returning_right_at_its_deadline_gets_exactly_one_outcome() ->
 
 
 def claim_one(worker_id: str = "w-fence", lease: float = 30.0) -> ClaimedJob:
-    (row,) = db.execute(
-        "default", "claim_jobs", {"limit": 1, "worker_id": worker_id, "lease_seconds": lease}
-    )
-    return ClaimedJob(*row)
+    (job,) = db.claim("default", worker_id=worker_id, lease_seconds=lease, limit=1)
+    return job
 
 
 def finish(outcome: Outcome) -> set[uuid.UUID]:
-    rows = db.execute(
-        "default",
-        "finish_jobs",
-        {"outcomes": "[" + outcome.json_row() + "]", "history_limit": 20},
-    )
-    return {row[0] for row in rows}
+    return db.record_outcomes("default", [outcome], history_limit=20)
 
 
 def test_a_late_outcome_is_fenced_out_by_the_lease_token() -> None:
@@ -329,7 +323,7 @@ def test_a_late_outcome_is_fenced_out_by_the_lease_token() -> None:
     time.sleep(0.01)
     second = claim_one()  # the retry, claimed again (a new lease token)
     # The first attempt's handler returns at last, "completed": it matches no row.
-    late = Outcome(first.id, first.lease_token, JobStatus.COMPLETED, result_json='{"late":1}')
+    late = complete(first, '{"late":1}')
     assert finish(late) == set()
     row = Job.objects.get(pk=job.pk)
     assert row.status == JobStatus.RUNNING and row.attempts == 2
@@ -346,18 +340,22 @@ def test_heartbeats_stop_extending_a_lease_past_the_deadline() -> None:
     past = enqueue("tests.record", priority=1).job
     a, b = claim_one(lease=1.0), claim_one(lease=1.0)
     assert (a.id, b.id) == (within.pk, past.pk)
-    now = time.monotonic()
-    deadlines = {a.lease_token: now + 60, b.lease_token: now - 0.01}
+    clock = [1_000.0]
+    attempts = AttemptTable(clock=lambda: clock[0])
+    for job, timeout in ((a, 60.0), (b, 1.0)):
+        attempts.claimed(job, None)
+        attempts.begin(job.lease_token, timeout)
+    clock[0] += 1.5  # b is past its deadline, a is not
     lost: list[set[uuid.UUID]] = []
     maintenance = Maintenance(
         "default",
         "w-fence",
         30.0,
-        lambda: {a.id: a.lease_token, b.id: b.lease_token},
+        attempts.leases_to_extend,
         lost.append,
-        (1.0, 1.0, 0.0),
+        RetryPolicy(1.0, 1.0, 0.0),
         20,
-        deadlines=lambda: deadlines,
+        clock=lambda: clock[0],
     )
     before = {a.id: lease_expiry(a.id), b.id: lease_expiry(b.id)}
     maintenance.heartbeat()

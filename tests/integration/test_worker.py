@@ -9,7 +9,10 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from typing import Any
+from unittest import mock
 
 import pytest
 from django.db import connection
@@ -17,10 +20,13 @@ from django.test import override_settings
 
 from django_durable_jobs import db as gateway
 from django_durable_jobs import enqueue, enqueue_many
+from django_durable_jobs.backoff import RetryPolicy
+from django_durable_jobs.db.records import ClaimedJob, Outcome, Transition
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker import Worker, WorkerConfig
+from django_durable_jobs.worker.attempts import State
 from django_durable_jobs.worker.maintenance import REAPER_LOCK_KEY, Maintenance
-from django_durable_jobs.worker.outcomes import Outcome, release
+from django_durable_jobs.worker.outcomes import release
 from tests.testapp.models import Execution
 
 from .helpers import new_connection
@@ -225,20 +231,16 @@ def test_workers_serve_only_their_queues() -> None:
 def test_never_claims_more_than_free_slots() -> None:
     enqueue_many([{"type": "tests.record", "payload": {"sleep": 0.05}}] * 30)
     sizes: list[int] = []
-    original = gateway.execute
+    original = gateway.claim
 
-    def spy(using: str, name: str, params: dict[str, object]) -> list[tuple[object, ...]]:
-        rows = original(using, name, params)
-        if name.startswith("claim_jobs"):
-            assert params["limit"] <= 3
-            sizes.append(len(rows))
-        return rows
+    def spy(using: str, **params: Any) -> list[ClaimedJob]:
+        jobs = original(using, **params)
+        assert params["limit"] <= 3
+        sizes.append(len(jobs))
+        return jobs
 
-    gateway.execute = spy  # type: ignore[assignment]
-    try:
+    with mock.patch.object(gateway, "claim", spy):
         drain(concurrency=3)
-    finally:
-        gateway.execute = original  # type: ignore[assignment]
     assert sum(sizes) == 30
     assert max(sizes) <= 3
 
@@ -246,22 +248,24 @@ def test_never_claims_more_than_free_slots() -> None:
 # --- fencing, leases, reaper ------------------------------------------------
 
 
+def claimed_job(**fields: Any) -> ClaimedJob:
+    now = datetime.now(dt_timezone.utc)
+    values: dict[str, Any] = {
+        "id": uuid.uuid4(), "type": "tests.record", "queue": "default", "payload": {},
+        "attempt": 1, "max_attempts": 3, "lease_token": uuid.uuid4(), "available_at": now,
+        "started_at": now, "idempotency_key": None, "timeout": None,
+    }  # fmt: skip
+    values.update(fields)
+    return ClaimedJob(**values)
+
+
 def claim_directly(worker_id: str, lease_seconds: float = 30.0) -> tuple[uuid.UUID, uuid.UUID]:
-    (row,) = gateway.execute(
-        "default",
-        "claim_jobs",
-        {"limit": 1, "worker_id": worker_id, "lease_seconds": lease_seconds},
-    )
-    return row[0], row[6]
+    (job,) = gateway.claim("default", worker_id=worker_id, lease_seconds=lease_seconds, limit=1)
+    return job.id, job.lease_token
 
 
 def finish(outcome: Outcome) -> set[uuid.UUID]:
-    rows = gateway.execute(
-        "default",
-        "finish_jobs",
-        {"outcomes": "[" + outcome.json_row() + "]", "history_limit": 20},
-    )
-    return {row[0] for row in rows}
+    return gateway.record_outcomes("default", [outcome], history_limit=20)
 
 
 def expire(job_id: uuid.UUID) -> None:
@@ -271,7 +275,9 @@ def expire(job_id: uuid.UUID) -> None:
 
 
 def reaper(worker_id: str = "reaper") -> Maintenance:
-    return Maintenance("default", worker_id, 30.0, dict, lambda lost: None, (0.01, 0.05, 0.1), 20)
+    return Maintenance(
+        "default", worker_id, 30.0, dict, lambda lost: None, RetryPolicy(0.01, 0.05, 0.1), 20
+    )
 
 
 def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_claim() -> None:
@@ -285,8 +291,8 @@ def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_claim() -> None:
     assert new_token != old_token
 
     # Worker A comes back from its pause and reports: nothing changes.
-    assert finish(Outcome(job_id, old_token, JobStatus.COMPLETED, result_json='"from a"')) == set()
-    failed = Outcome(job_id, old_token, JobStatus.DEAD, last_error="from a", kind="dead")
+    assert finish(Outcome(job_id, old_token, Transition.COMPLETE, result_json='"from a"')) == set()
+    failed = Outcome(job_id, old_token, Transition.DEAD, last_error="from a")
     assert finish(failed) == set()
     assert finish(release(job_id, old_token)) == set()
     current = Job.objects.get(pk=job.pk)
@@ -295,13 +301,13 @@ def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_claim() -> None:
     )  # fmt: skip
 
     # Worker B, which holds the claim, can.
-    assert finish(Outcome(job_id, new_token, JobStatus.COMPLETED, result_json='"from b"')) == {
+    assert finish(Outcome(job_id, new_token, Transition.COMPLETE, result_json='"from b"')) == {
         job_id
     }
     current.refresh_from_db()
     assert (current.status, current.result) == (JobStatus.COMPLETED, "from b")
     # And a completed job cannot be written again with the same token.
-    assert finish(Outcome(job_id, new_token, JobStatus.DEAD, kind="dead")) == set()
+    assert finish(Outcome(job_id, new_token, Transition.DEAD)) == set()
 
 
 def test_the_reaper_retries_or_kills_abandoned_jobs() -> None:
@@ -354,7 +360,9 @@ def test_heartbeats_extend_held_leases_and_report_lost_ones() -> None:
     Job.objects.filter(pk=stolen_id).update(lease_token=uuid.uuid4())  # reaped and re-claimed
     lost: list[set[uuid.UUID]] = []
     held = {kept_id: kept_token, stolen_id: stolen_token}
-    maintenance = Maintenance("default", "w", 120.0, lambda: held, lost.append, (1, 1, 0), 20)
+    maintenance = Maintenance(
+        "default", "w", 120.0, lambda: held, lost.append, RetryPolicy(1, 1, 0), 20
+    )
     before = Job.objects.get(pk=kept_id).lease_expires_at
     maintenance.heartbeat()
     assert Job.objects.get(pk=kept_id).lease_expires_at > before + timedelta(seconds=100)
@@ -502,15 +510,18 @@ def test_a_lease_that_missed_its_extension_only_because_the_job_finished_is_not_
     warning for it, and it stays held until the completer's callback. A job
     whose handler still runs has lost its lease: abandoned, one warning.
     """
-    finished_id, finished_token = uuid.uuid4(), uuid.uuid4()
-    running_id, running_token = uuid.uuid4(), uuid.uuid4()
     worker = Worker(config())
-    worker._held = {finished_id: finished_token, running_id: running_token}
-    worker._running = {running_token: object()}  # type: ignore[dict-item]
+    finished, running = claimed_job(), claimed_job()
+    finished_id, running_id = finished.id, running.id
+    for job in (finished, running):
+        worker.attempts.claimed(job, None)
+        worker.attempts.begin(job.lease_token, None)
+    worker.attempts.returned(finished.lease_token)  # its outcome is with the completer
     caplog.set_level("WARNING", logger="django_durable_jobs.worker")
     worker._leases_lost({finished_id, running_id})
-    assert worker._held == {finished_id: finished_token}
-    assert worker._abandoned == {running_token}
+    assert worker.attempts.leases_to_extend() == {finished_id: finished.lease_token}
+    assert worker.attempts.get(running.lease_token).state is State.LEASE_LOST
+    assert worker.attempts.get(running.lease_token).cancel.is_set()
     assert [r.getMessage() for r in caplog.records] == [
         f"Lease lost for job {running_id}: it was reaped; this worker's outcome will not be "
         "recorded"

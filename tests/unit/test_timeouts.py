@@ -19,12 +19,12 @@ import django_durable_jobs
 from django_durable_jobs import InvalidJob, JobContext, JobTimeout, job
 from django_durable_jobs.conf import jobs_settings
 from django_durable_jobs.context import CancelFlag
+from django_durable_jobs.db.records import ClaimedJob, Outcome, Transition
 from django_durable_jobs.registry import registry
 from django_durable_jobs.validation import build_spec, validate_timeout
-from django_durable_jobs.worker.claimed import ClaimedJob
+from django_durable_jobs.worker.attempts import AttemptTable, State
 from django_durable_jobs.worker.executor import RetryPolicy, execute, timed_out
-from django_durable_jobs.worker.outcomes import Outcome
-from django_durable_jobs.worker.timeouts import ABANDONED, ENDED, Watchdog, effective_timeout
+from django_durable_jobs.worker.watchdog import Watchdog, effective_timeout
 
 POLICY = RetryPolicy(base=1.0, cap=10.0, jitter=0.0)
 
@@ -147,10 +147,10 @@ def test_the_handlers_timeout_reaches_the_context() -> None:
         seen.append(ctx)
 
     try:
-        execute(jobs[0], "w", POLICY, watchdog)
-        watchdog.end(jobs[0])
-        execute(jobs[1], "w", POLICY, watchdog)
-        watchdog.end(jobs[1])
+        for claimed_job in jobs:
+            watchdog.attempts.claimed(claimed_job, None)
+            execute(claimed_job, "w", POLICY, watchdog)
+            watchdog.attempts.returned(claimed_job.lease_token)
     finally:
         registry.unregister("unit.sees_context")
     assert [ctx.timeout for ctx in seen] == [7.0, 0.5]
@@ -208,7 +208,7 @@ def test_the_private_fields_stay_out_of_equality_and_repr() -> None:
 def test_timed_out_is_a_failed_attempt_with_a_job_timeout_error() -> None:
     job = claimed(timeout=2)
     outcome = timed_out(job, "w1", POLICY, 2.0, 2.1, stack='  File "x.py", line 1, in spin\n')
-    assert outcome.status == "pending" and outcome.kind == "failed"
+    assert outcome.transition is Transition.RETRY
     assert outcome.delay_us is not None and outcome.delay_us > 0
     entry = json.loads(outcome.error_entry_json)
     assert entry["exception"] == "django_durable_jobs.exceptions.JobTimeout"
@@ -219,7 +219,7 @@ def test_timed_out_is_a_failed_attempt_with_a_job_timeout_error() -> None:
 
 def test_timed_out_on_the_last_attempt_is_dead() -> None:
     outcome = timed_out(claimed(attempt=3), "w1", POLICY, 1.0, 1.0)
-    assert outcome.status == "dead" and outcome.kind == "dead"
+    assert outcome.transition is Transition.DEAD and outcome.announce
     assert "JobTimeout" in (outcome.last_error or "")
 
 
@@ -227,16 +227,10 @@ def test_timed_out_on_the_last_attempt_is_dead() -> None:
 
 
 class Recorder:
-    def __init__(self, owned: bool = True) -> None:
-        self.owned = owned
-        self.taken: list[uuid.UUID] = []
+    def __init__(self) -> None:
         self.submitted: list[Outcome] = []
         self.stuck: list[uuid.UUID] = []
         self.stuck_event = threading.Event()
-
-    def take(self, job: ClaimedJob) -> bool:
-        self.taken.append(job.id)
-        return self.owned
 
     def submit(self, outcome: Outcome) -> None:
         self.submitted.append(outcome)
@@ -246,17 +240,18 @@ class Recorder:
         self.stuck_event.set()
 
 
-def make_watchdog(recorder: Recorder | None = None, grace: float = 0.3, **kw: Any) -> Watchdog:
+def make_watchdog(
+    recorder: Recorder | None = None, grace: float = 0.3, clock: Any = time.monotonic
+) -> Watchdog:
     recorder = recorder or Recorder()
     return Watchdog(
+        attempts=AttemptTable(clock),
         worker_id="w1",
         policy=POLICY,
         default_timeout=None,
         grace=grace,
-        take=recorder.take,
         submit=recorder.submit,
         on_stuck=recorder.on_stuck,
-        **kw,
     )
 
 
@@ -264,19 +259,24 @@ def run_in_thread(watchdog: Watchdog, job: ClaimedJob, body: Any) -> dict[str, A
     """Run ``body(attempt)`` as a handler thread would: begin, body, end."""
     state: dict[str, Any] = {"done": threading.Event()}
 
+    watchdog.attempts.claimed(job, None)
+    started = threading.Event()
+
     def target() -> None:
         attempt = watchdog.begin(job, None)
         state["attempt"] = attempt
+        started.set()
         try:
             state["result"] = body(attempt)
         except BaseException as exc:  # nothing may reach the thread from outside
             state["raised"] = exc
         finally:
-            watchdog.end(job)
+            watchdog.attempts.returned(job.lease_token)
             state["done"].set()
 
     state["thread"] = threading.Thread(target=target, daemon=True)
     state["thread"].start()
+    started.wait(10)
     return state
 
 
@@ -320,13 +320,12 @@ def test_a_spinner_is_failed_at_its_deadline_and_its_thread_left_alone() -> None
         wait_until(lambda: recorder.submitted, 10, "the failed attempt")
         assert time.monotonic() - started >= 0.2
         (outcome,) = recorder.submitted
-        assert outcome.kind == "failed" and outcome.job_id == job.id
+        assert outcome.transition is Transition.RETRY and outcome.job_id == job.id
         entry = json.loads(outcome.error_entry_json)
         assert entry["exception"] == "django_durable_jobs.exceptions.JobTimeout"
         assert "in __call__" in entry["traceback"]  # where the spinner was at the deadline
         attempt = state["attempt"]
-        assert attempt.state == ABANDONED and attempt.cancel.is_set()
-        assert recorder.taken == [job.id]
+        assert attempt.state is State.TIMED_OUT and attempt.cancel.is_set()
         # Nothing is raised in the thread: it keeps spinning, within the grace.
         spins = spinner.spins
         time.sleep(0.5)
@@ -335,7 +334,7 @@ def test_a_spinner_is_failed_at_its_deadline_and_its_thread_left_alone() -> None
         spinner.released = True
         assert state["done"].wait(10)
         assert "raised" not in state and state["result"] == spinner.spins
-        assert attempt.state == ENDED
+        assert attempt.state is State.TIMED_OUT and not attempt.thread_running
         assert watchdog.deadlines() == {}
         assert len(recorder.submitted) == 1
     finally:
@@ -351,7 +350,7 @@ def test_a_cooperative_handler_sees_cancelled_and_returns_within_the_grace() -> 
         state = run_in_thread(watchdog, claimed(timeout=0.1), until_cancelled)
         assert state["done"].wait(10)
         assert state["result"] == "stopped"
-        assert [o.kind for o in recorder.submitted] == ["failed"]
+        assert [o.transition for o in recorder.submitted] == [Transition.RETRY]
         time.sleep(1.8)  # past the grace: a thread that returned is not stuck
         assert recorder.stuck == [] and watchdog.stuck() == []
     finally:
@@ -392,51 +391,86 @@ def test_a_thread_not_back_within_the_grace_is_reported_stuck_once(blocked_in: s
 
 
 def test_an_attempt_the_worker_no_longer_owns_is_cancelled_but_not_recorded() -> None:
-    recorder = Recorder(owned=False)  # say, its lease was lost
-    watchdog = make_watchdog(recorder)
-    watchdog.start()
-    try:
-        job = claimed(timeout=0.1)
-        state = run_in_thread(watchdog, job, until_cancelled)
-        assert state["done"].wait(10)
-        assert recorder.taken == [job.id]
-        assert recorder.submitted == []
-        assert watchdog.timed_out == 0
-    finally:
-        watchdog.stop()
+    clock = [100.0]
+    recorder = Recorder()
+    watchdog = make_watchdog(recorder, grace=5, clock=lambda: clock[0])
+    job = claimed(timeout=1)
+    watchdog.attempts.claimed(job, None)
+    attempt = watchdog.begin(job, None)
+    assert attempt is not None
+    (lost,) = watchdog.attempts.lose_leases({job.id})  # say, its lease was reaped
+    assert lost is attempt and attempt.cancel.is_set()
+    clock[0] += 1.5
+    watchdog.check()
+    assert recorder.submitted == [] and watchdog.timed_out == 0
+    assert attempt.state is State.LEASE_LOST
+    # Its thread still counts towards a recycle, from its deadline on.
+    clock[0] += 5
+    watchdog.check()
+    assert recorder.stuck == [job.id]
+
+
+def test_the_watchdog_acts_on_its_clock_not_the_wall_clock() -> None:
+    clock = [100.0]
+    recorder = Recorder()
+    watchdog = make_watchdog(recorder, grace=2, clock=lambda: clock[0])
+    job = claimed(timeout=10)
+    watchdog.attempts.claimed(job, None)
+    attempt = watchdog.begin(job, None)
+    assert attempt is not None and attempt.deadline == 110.0
+    clock[0] = 109.999
+    watchdog.check()
+    assert recorder.submitted == [] and attempt.state is State.RUNNING
+    clock[0] = 110.0
+    watchdog.check()
+    assert [o.transition for o in recorder.submitted] == [Transition.RETRY]
+    assert attempt.state is State.TIMED_OUT and attempt.cancel.is_set()
+    watchdog.check()  # once only
+    assert len(recorder.submitted) == 1
+    clock[0] = 111.999
+    watchdog.check()
+    assert recorder.stuck == []
+    clock[0] = 112.0
+    watchdog.check()
+    assert recorder.stuck == [job.id] and watchdog.stuck() == [attempt]
+    watchdog.check()
+    assert recorder.stuck == [job.id]  # reported once
+    watchdog.attempts.returned(job.lease_token)
+    assert watchdog.stuck() == []
 
 
 def test_a_handler_that_returns_in_time_is_left_alone() -> None:
+    clock = [100.0]
     recorder = Recorder()
-    watchdog = make_watchdog(recorder)
-    watchdog.start()
-    try:
-        state = run_in_thread(watchdog, claimed(timeout=2), lambda attempt: "ok")
-        assert state["done"].wait(5)
-        assert state["result"] == "ok"
-        time.sleep(0.1)
-        assert recorder.taken == [] and recorder.submitted == []
-    finally:
-        watchdog.stop()
+    watchdog = make_watchdog(recorder, clock=lambda: clock[0])
+    job = claimed(timeout=2)
+    watchdog.attempts.claimed(job, None)
+    watchdog.begin(job, None)
+    clock[0] += 1.9
+    watchdog.attempts.returned(job.lease_token)
+    clock[0] += 10
+    watchdog.check()
+    assert recorder.submitted == [] and recorder.stuck == []
 
 
-def test_end_forgets_the_attempt_and_cancels_its_context() -> None:
+def test_returned_forgets_the_deadline_and_cancels_the_context() -> None:
     watchdog = make_watchdog()
     job = claimed(timeout=60)
+    watchdog.attempts.claimed(job, None)
     attempt = watchdog.begin(job, None)
+    assert attempt is not None
     assert watchdog.deadlines() == {job.lease_token: attempt.deadline}
-    watchdog.end(job)
-    assert attempt.state == ENDED and attempt.cancel.is_set()
+    watchdog.attempts.returned(job.lease_token)
+    assert attempt.state is State.FINISHED and attempt.cancel.is_set()
     assert watchdog.deadlines() == {}
-    watchdog.end(job)  # again: nothing left to do
-    assert attempt.state == ENDED
+    assert watchdog.attempts.returned(job.lease_token) is attempt  # again: nothing changes
+    assert attempt.state is State.FINISHED
 
 
-def test_cancel_sets_the_flag_of_running_attempts() -> None:
+def test_an_attempt_released_before_its_thread_starts_is_not_run() -> None:
     watchdog = make_watchdog()
     job = claimed()
-    attempt = watchdog.begin(job, None)
-    assert attempt.deadline is None and not attempt.cancel.is_set()
-    watchdog.cancel({job.id, uuid.uuid4()})
-    assert attempt.cancel.is_set()
-    watchdog.end(job)
+    watchdog.attempts.claimed(job, None)
+    (released,) = watchdog.attempts.release_all()
+    assert released.job is job and released.cancel.is_set()
+    assert watchdog.begin(job, None) is None
