@@ -1,0 +1,106 @@
+"""The gateway (``db``): what users' query instrumentation sees; the reaper's rules."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_durable_jobs import db, enqueue, enqueue_many
+from django_durable_jobs.backoff import RetryPolicy
+from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.worker.maintenance import REAPER_LOCK_KEY, reaped
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_single_enqueue_goes_through_djangos_cursor() -> None:
+    """Debug Toolbar, Sentry, OpenTelemetry and CaptureQueriesContext hook Django's cursor."""
+    with CaptureQueriesContext(connection) as queries:
+        job = enqueue("tests.record", {"n": 1}).job
+    (query,) = queries.captured_queries
+    assert "INSERT INTO durable_jobs_job" in query["sql"]
+    assert job.pk.hex in query["sql"]  # with its parameters, as Django logs them
+
+
+def test_a_wrapper_on_djangos_execution_sees_a_single_enqueue() -> None:
+    seen: list[str] = []
+
+    def wrapper(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        enqueue("tests.record")
+    assert len(seen) == 1 and "INSERT INTO durable_jobs_job" in seen[0]
+
+
+def test_enqueue_many_keeps_the_fast_path() -> None:
+    """Measured: a 20,000-job batch is about a third faster on the binary cursor."""
+    with CaptureQueriesContext(connection) as queries:
+        results = enqueue_many([{"type": "tests.record"}] * 3)
+    assert len(results) == 3
+    # The transaction's SAVEPOINT/RELEASE go through Django; the INSERT does not.
+    assert not [q for q in queries.captured_queries if "durable_jobs_job" in q["sql"]]
+
+
+def claim(worker_id: str = "ghost") -> uuid.UUID:
+    (job,) = db.claim("default", worker_id=worker_id, lease_seconds=30.0, limit=1)
+    return job.id
+
+
+def expire(job_id: uuid.UUID) -> None:
+    Job.objects.filter(pk=job_id).update(
+        lease_expires_at=Job.objects.get(pk=job_id).started_at - timedelta(seconds=1)
+    )
+
+
+def test_the_reaper_backs_off_exactly_as_a_failed_attempt_does() -> None:
+    """One backoff definition: the reaper's delay is RetryPolicy.delay of the attempt."""
+    policy = RetryPolicy(base=40.0, cap=1_000.0, jitter=0.0)
+    job = enqueue("tests.record", max_attempts=5).job
+    for attempt in (1, 2, 3):
+        expire(claim())
+        (lease, outcome), *_ = db.reap(
+            "default",
+            lock_key=REAPER_LOCK_KEY,
+            limit=10,
+            history_limit=20,
+            decide=lambda lease: reaped(lease, policy, "reaper"),
+        )
+        row = Job.objects.get(pk=job.pk)
+        assert (lease.attempt, row.status, row.attempts) == (attempt, JobStatus.PENDING, attempt)
+        # Both timestamps are the database's now() of the reaping transaction's statements.
+        waited = (row.available_at - row.updated_at).total_seconds()
+        assert waited == pytest.approx(policy.delay(attempt), abs=0.5)
+        assert outcome.delay_us == round(policy.delay(attempt) * 1_000_000)
+        Job.objects.filter(pk=job.pk).update(available_at=row.created_at)
+
+
+def test_the_reaper_kills_a_job_with_no_attempt_left_by_the_same_rule() -> None:
+    job = enqueue("tests.record", max_attempts=1).job
+    expire(claim())
+    [(_, outcome)] = db.reap(
+        "default",
+        lock_key=REAPER_LOCK_KEY,
+        limit=10,
+        history_limit=20,
+        decide=lambda lease: reaped(lease, RetryPolicy(1, 1, 0), "reaper"),
+    )
+    assert outcome.announce  # nothing else will say how it ended
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.lease_token) == (JobStatus.DEAD, 1, None)
+    assert row.last_error.startswith("Abandoned: the lease of worker ghost expired at ")
+    assert row.errors[-1]["exception"] == "django_durable_jobs.LeaseExpired"
+    assert row.errors[-1]["worker"] == "ghost"
+
+
+def test_next_available_at_reads_the_soonest_pending_job() -> None:
+    assert db.next_available_at("default", None) is None
+    soon = enqueue("tests.record", queue="a", delay=timedelta(seconds=30)).job
+    enqueue("tests.record", queue="b", delay=timedelta(seconds=10))
+    assert db.next_available_at("default", {"a"}) == soon.available_at
+    assert db.next_available_at("default", None) < soon.available_at  # type: ignore[operator]
