@@ -23,14 +23,14 @@ import json
 import uuid
 from collections.abc import Iterable
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
 from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Max, Min, Q, QuerySet
+from django.db.models import Max, Min, Model, Q, QuerySet
 from django.db.models.functions import Left
 from django.http import HttpRequest
 from django.urls import reverse
@@ -49,13 +49,26 @@ from .registry import registry
 from .schedule_overview import effective_queue
 from .schedules import Schedule, find_schedule, load_schedules
 
+if TYPE_CHECKING:
+    from django_stubs_ext import StrPromise
+
+    # Generic in django-stubs only: at run time these classes take no type
+    # arguments, so the parametrised bases exist for the type checker alone.
+    _Paginator = Paginator[Model]
+    _JobModelAdmin = admin.ModelAdmin[Job]
+    _WorkerModelAdmin = admin.ModelAdmin[WorkerProcess]
+    _ScheduleModelAdmin = admin.ModelAdmin[ScheduleState]
+else:
+    _Paginator = Paginator
+    _JobModelAdmin = _WorkerModelAdmin = _ScheduleModelAdmin = admin.ModelAdmin
+
 #: Characters of ``last_error`` the list reads per row (not whole tracebacks).
 ERROR_HEAD_CHARS = 200
 #: Characters of the error's first line shown in the list.
 ERROR_COLUMN_CHARS = 80
 
 
-class EstimatedCountPaginator(Paginator):
+class EstimatedCountPaginator(_Paginator):
     """A paginator that never counts more than ``exact_count_limit`` rows.
 
     Django's changelist counts its filtered queryset on every page; on a
@@ -69,6 +82,8 @@ class EstimatedCountPaginator(Paginator):
     exact_count_limit = 10_000
     #: Whether ``count`` is the planner's estimate (the template says so).
     count_is_estimate = False
+    #: The admin pages it with the changelist's queryset (``order_by``, ``explain``).
+    object_list: QuerySet[Model]
 
     @cached_property
     def count(self) -> int:
@@ -101,8 +116,9 @@ class _ValueListFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         values = set(self.known_values())
-        if self.value():
-            values.add(self.value())
+        selected = self.value()
+        if selected:
+            values.add(selected)
         return [(value, value) for value in sorted(values)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
@@ -137,9 +153,11 @@ class JobChangeList(ChangeList):
         # A page of 100 rows should not carry 100 payloads and tracebacks:
         # the list needs the first line of the last error only.
         queryset = super().get_queryset(request, exclude_parameters)
-        return queryset.defer("payload", "result", "errors", "last_error").annotate(
+        # Annotated: the plugin types annotate() on a QuerySet[Any] as Any.
+        light: QuerySet[Any] = queryset.defer("payload", "result", "errors", "last_error").annotate(
             last_error_head=Left("last_error", ERROR_HEAD_CHARS)
         )
+        return light
 
     @cached_property
     def date_hierarchy_links(self) -> dict[str, Any]:
@@ -230,7 +248,7 @@ def _json_pre(value: Any) -> SafeString:
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class JobAdmin(_JobModelAdmin):
     """Every job. Read-only; the actions are the only way to change a job.
 
     Permissions: ``view_job`` shows the list and the pages; ``change_job``
@@ -238,7 +256,8 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     ``enqueue()``; finished jobs are pruned by ``manage.py jobs prune``).
     """
 
-    list_display = (
+    # Tuples of any length, not these exact ones, so DeadJobAdmin can list fewer.
+    list_display: tuple[str, ...] = (
         "id",
         "type",
         "queue",
@@ -249,7 +268,11 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "created_at",
         "short_error",
     )
-    list_filter = ("status", TypeFilter, QueueFilter)
+    list_filter: ClassVar[tuple[str | type[admin.ListFilter], ...]] = (
+        "status",
+        TypeFilter,
+        QueueFilter,
+    )
     # For the search box and its help; the search itself is get_search_results.
     search_fields = ("=id", "=type", "=idempotency_key")
     search_help_text = _("Exact match on a job id, a type or an idempotency key.")
@@ -258,12 +281,12 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     # type and queue indexes when filtered); Django adds "-pk" as tiebreak.
     ordering = ("-created_at",)
     # Sorting by a column would sort the whole (filtered) table.
-    sortable_by: tuple[str, ...] = ()
+    sortable_by = ()
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     change_list_template = "admin/durable_jobs/job/change_list.html"
-    actions = ("requeue_jobs", "cancel_jobs", "run_jobs_now")
+    actions: tuple[str, ...] = ("requeue_jobs", "cancel_jobs", "run_jobs_now")
 
     fieldsets = (
         (
@@ -507,7 +530,7 @@ class DeadJobAdmin(JobAdmin):
 
 
 @admin.register(WorkerProcess)
-class WorkerProcessAdmin(admin.ModelAdmin):
+class WorkerProcessAdmin(_WorkerModelAdmin):
     """Running workers, from their heartbeats; read-only (the workers own these rows)."""
 
     list_display = ("id", "host", "pid", "queue_list", "concurrency", "started_at",
@@ -537,7 +560,7 @@ class WorkerProcessAdmin(admin.ModelAdmin):
 
 
 @admin.register(ScheduleState)
-class ScheduleStateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ScheduleStateAdmin(_ScheduleModelAdmin):
     """Periodic jobs: each schedule's declaration next to its last and next tick; read-only.
 
     Schedules are declared in code and settings, not here; a row appears
@@ -575,13 +598,14 @@ class ScheduleStateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return sorted(set(names) - seen)
 
     def _declared(self, obj: ScheduleState) -> Schedule | None:
-        # Cached on the row: several columns read it.
+        # Cached on the row: several columns read it. The ignores: the
+        # attribute is this cache's, not a field the model declares.
         if not hasattr(obj, "_declared_schedule"):
             obj._declared_schedule = find_schedule(obj.name)  # type: ignore[attr-defined]
         return obj._declared_schedule  # type: ignore[attr-defined,no-any-return]
 
     @admin.display(description=_("job type"))
-    def job_type(self, obj: ScheduleState) -> str:
+    def job_type(self, obj: ScheduleState) -> str | StrPromise:
         schedule = self._declared(obj)
         return _("(no longer declared)") if schedule is None else schedule.type
 

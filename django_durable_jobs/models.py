@@ -12,6 +12,7 @@ import uuid
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -49,7 +50,7 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def runnable(self) -> JobQuerySet:
         """Pending jobs a worker may claim now (by the database's clock)."""
-        return self.filter(status=JobStatus.PENDING, available_at__lte=models.functions.Now())
+        return self.filter(status=JobStatus.PENDING, available_at__lte=Now())
 
     def running(self) -> JobQuerySet:
         return self.filter(status=JobStatus.RUNNING)
@@ -212,6 +213,8 @@ class DeadJob(Job):
     filters on ``status = 'dead'``, which the status index serves.
     """
 
+    # Not Job's manager: a plain one over the dead rows, without JobQuerySet's
+    # filters, so the stubs see an incompatible override of Job.objects.
     objects = DeadJobManager()  # type: ignore[assignment,misc]
 
     class Meta:

@@ -122,7 +122,10 @@ def _json_type(value: Any) -> str:
 # --- enqueue -------------------------------------------------------------------
 
 
-class EnqueueSerializer(serializers.Serializer):
+# The type argument is the instance a serializer reads (DRF's stubs make it
+# generic; at run time Serializer[...] is Serializer). The request body has
+# none; the responses are dicts (stats.py, schedule_overview.py).
+class EnqueueSerializer(serializers.Serializer[None]):
     """The body of ``POST /api/jobs``.
 
     ``context["header_key"]`` is the ``Idempotency-Key`` header, if sent.
@@ -241,7 +244,8 @@ class AnyJSONField(serializers.JSONField):
     pass
 
 
-JOB_FIELDS = (
+# Of any length, so JobDetailSerializer.Meta can list more.
+JOB_FIELDS: tuple[str, ...] = (
     "id",
     "type",
     "queue",
@@ -260,7 +264,7 @@ JOB_FIELDS = (
 )
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(serializers.ModelSerializer[Job]):
     """A job as listed."""
 
     payload = ObjectField(read_only=True)
@@ -276,7 +280,9 @@ class JobDetailSerializer(JobSerializer):
     """A job with its result and failure history."""
 
     result = AnyJSONField(read_only=True, allow_null=True)
-    errors = serializers.ListField(child=ObjectField(), read_only=True)
+    # A declared field: the serializer's metaclass takes it out of the class, so
+    # Serializer.errors (the validation errors, which the stubs see) stays.
+    errors = serializers.ListField(child=ObjectField(), read_only=True)  # type: ignore[assignment]
 
     class Meta(JobSerializer.Meta):
         fields = (*JOB_FIELDS, "timeout", "result", "errors")
@@ -286,7 +292,9 @@ class JobDetailSerializer(JobSerializer):
 # --- schedules -------------------------------------------------------------------
 
 
-class ScheduleSerializer(serializers.Serializer):
+# Any: the view serializes the whole list (many=True), which the stubs'
+# instance type cannot express.
+class ScheduleSerializer(serializers.Serializer[Any]):
     """One declared schedule with what the workers recorded of it (``schedule_overview``)."""
 
     name = serializers.CharField()
@@ -331,7 +339,7 @@ class ScheduleSerializer(serializers.Serializer):
 # --- stats, health, errors (responses) -----------------------------------------
 
 
-class StatusCountsSerializer(serializers.Serializer):
+class StatusCountsSerializer(serializers.Serializer[dict[str, Any]]):
     pending = serializers.IntegerField()
     running = serializers.IntegerField()
     completed = serializers.IntegerField()
@@ -347,7 +355,7 @@ class QueueStatsSerializer(StatusCountsSerializer):
     )
 
 
-class StatsSerializer(serializers.Serializer):
+class StatsSerializer(serializers.Serializer[dict[str, Any]]):
     total = serializers.IntegerField()
     statuses = StatusCountsSerializer()
     queues = serializers.DictField(child=QueueStatsSerializer())
@@ -360,7 +368,7 @@ class StatsSerializer(serializers.Serializer):
     )
 
 
-class HealthSerializer(serializers.Serializer):
+class HealthSerializer(serializers.Serializer[dict[str, Any]]):
     # Plain strings, not enums: their "ok"/"unavailable" would collide in the
     # schema's enum names with the job's status.
     status = serializers.CharField(help_text="ok or unavailable.")
@@ -377,7 +385,7 @@ class HealthSerializer(serializers.Serializer):
     detail = serializers.CharField(required=False)
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
     """Every error: a stable code and a human message (or per-field messages)."""
 
     error = serializers.CharField(help_text="Stable code, e.g. invalid, not_found, conflict.")
@@ -385,6 +393,7 @@ class ErrorSerializer(serializers.Serializer):
 
 
 class ValidationErrorSerializer(ErrorSerializer):
+    # The field's type, narrowed for the schema: ErrorSerializer's is any JSON.
     detail = serializers.DictField(  # type: ignore[assignment]
         child=serializers.ListField(child=serializers.CharField()),
         help_text="Messages by field name.",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError
 from django.db.models import QuerySet
@@ -37,7 +37,16 @@ from .parsers import BoundedJSONParser, check_body_size
 from .permissions import permission_classes
 from .stats import health_stats, job_stats
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from rest_framework.renderers import BaseRenderer
+    from rest_framework.schemas.inspectors import ViewInspector
+
 logger = logging.getLogger(__name__)
+
+#: A queryset's row type (models, dicts, tuples), kept by filter_queryset.
+_Row = TypeVar("_Row")
 
 ERROR = s.ErrorSerializer
 AUTH_ERRORS = {
@@ -56,14 +65,15 @@ JOB_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, descri
 class JSONErrorsMixin:
     """JSON only, errors in the ``{"error", "detail"}`` shape, whatever the project's defaults."""
 
-    renderer_classes = (JSONRenderer,)
-    schema = AutoSchema()
+    # Typed as APIView types them, so the mixin and the view agree.
+    renderer_classes: Sequence[type[BaseRenderer]] = (JSONRenderer,)
+    schema: ViewInspector | None = AutoSchema()
 
     def get_exception_handler(self) -> Any:
         return exception_handler
 
 
-class JobViewSet(JSONErrorsMixin, GenericViewSet):
+class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
     """Enqueue, list, inspect, requeue and cancel jobs."""
 
     queryset = Job.objects.all()
@@ -93,7 +103,7 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet):
     def _answer(self, job: Job, code: int = http.HTTP_200_OK, **kwargs: Any) -> Response:
         return Response(s.JobDetailSerializer(job).data, status=code, **kwargs)
 
-    def filter_queryset(self, queryset: QuerySet[Job]) -> QuerySet[Job]:
+    def filter_queryset(self, queryset: QuerySet[Job, _Row]) -> QuerySet[Job, _Row]:
         """``?status=``, ``?type=``, ``?queue=``: exact matches (``status`` uses its index)."""
         params = self.request.query_params
         errors: dict[str, list[str]] = {}
@@ -213,7 +223,8 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet):
         return Response(s.StatsSerializer(job_stats()).data)
 
 
-class ScheduleViewSet(JSONErrorsMixin, GenericViewSet):
+# Any: no model; the schedules are declared in code and settings.
+class ScheduleViewSet(JSONErrorsMixin, GenericViewSet[Any]):
     """The declared schedules, with their last and next tick (read-only).
 
     The same list as ``manage.py jobs schedules --json``; the permission is

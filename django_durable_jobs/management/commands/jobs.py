@@ -307,14 +307,15 @@ class Command(BaseCommand):
             on_batch=lambda n, total: self._progress(f"deleted {total} job(s) in {n} batch(es)"),
         )
         self._progress_done()
+        status_names = [str(s) for s in statuses]
         data = {
             "deleted": deleted,
             "batches": batches,
-            "statuses": [str(s) for s in statuses],
+            "statuses": status_names,
             "older_than": format_duration(older_than),
         }
         text = (
-            f"{deleted} job(s) deleted ({', '.join(data['statuses'])}; finished more than "
+            f"{deleted} job(s) deleted ({', '.join(status_names)}; finished more than "
             f"{data['older_than']} ago) in {batches} batch(es)."
         )
         return data, text
