@@ -363,13 +363,19 @@ _collector: QueueDepthCollector | None = None
 _schedule_collector: ScheduleCollector | None = None
 
 
+def make_wsgi_app() -> Any:
+    """prometheus_client's WSGI app over the default registry (the worker's ``--metrics-port``)."""
+    assert prometheus_client is not None, "the metrics extra is not installed"
+    return prometheus_client.make_wsgi_app()
+
+
 def register_queue_depth_collector() -> None:
     """Register the database collector on the default registry, once per process."""
     global _collector
     if not ENABLED or _collector is not None:
         return
     _collector = QueueDepthCollector()
-    prometheus_client.REGISTRY.register(_collector)  # type: ignore[arg-type]
+    prometheus_client.REGISTRY.register(_collector)
 
 
 def register_schedule_collector() -> None:
@@ -378,7 +384,7 @@ def register_schedule_collector() -> None:
     if not ENABLED or _schedule_collector is not None:
         return
     _schedule_collector = ScheduleCollector()
-    prometheus_client.REGISTRY.register(_schedule_collector)  # type: ignore[arg-type]
+    prometheus_client.REGISTRY.register(_schedule_collector)
 
 
 register_queue_depth_collector()

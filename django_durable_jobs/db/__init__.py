@@ -101,7 +101,8 @@ def _run_through_django(using: str, name: str, params: Mapping[str, Any]) -> lis
     """Run the named query through Django's cursor, which users' instrumentation sees."""
     with connections[using].cursor() as cursor:
         cursor.execute(QUERIES[name], params)
-        return cursor.fetchall()
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows
 
 
 _CURSOR_ATTRIBUTE = "_durable_jobs_cursor"

@@ -18,6 +18,7 @@ from django.db import close_old_connections
 
 from .. import hooks
 from ..backoff import RetryPolicy
+from ..constants import MAX_DELAY_SECONDS
 from ..context import JobContext
 from ..db.records import ClaimedJob, Outcome, Transition
 from ..exceptions import Discard, JobTimeout, Retry
@@ -127,7 +128,7 @@ def execute(
             logger.error(
                 "Job %s type=%s: Retry(after=%r) is not a delay from 0 to %s s or a datetime; "
                 "using the normal backoff",
-                job.id, job.type, exc.after, outcomes.MAX_DELAY_SECONDS,
+                job.id, job.type, exc.after, MAX_DELAY_SECONDS,
             )  # fmt: skip
             requested = (None, None)
         return _failed(job, worker_id, policy, exc, started, log_fields, requested=requested)

@@ -32,7 +32,7 @@ class _QuietHandler(WSGIRequestHandler):
 def make_app(
     healthy: Callable[[], bool],
 ) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
-    metrics_app = metrics.prometheus_client.make_wsgi_app() if metrics.ENABLED else None
+    metrics_app = metrics.make_wsgi_app() if metrics.ENABLED else None
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
