@@ -23,6 +23,11 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError
+
+from . import db
 from .db.records import Transition
 
 if TYPE_CHECKING:
@@ -213,10 +218,6 @@ class QueueDepthCollector:
         ]
 
     def rows(self) -> list[tuple[str, str, int, float | None]]:
-        from django.db import DatabaseError
-
-        from . import db
-
         with self._lock:
             now = time.monotonic()
             if self._rows is not None and now - self._read_at < self._ttl:
@@ -297,11 +298,9 @@ class ScheduleCollector:
 
     def _read(self) -> list[tuple[str, float | None, float | None]] | None:
         """A fresh reading, or None when the settings or the database do not allow one."""
-        from django.conf import settings
-        from django.core.exceptions import ImproperlyConfigured
-        from django.db import DatabaseError
-
-        from . import db
+        # Here, not at the top: this module must import before Django is set
+        # up (a bare process recording metrics, multiprocess exporters), and
+        # the models need the app registry.
         from .models import ScheduleState
         from .schedules import load_schedules
 
