@@ -46,8 +46,8 @@ from .conf import jobs_settings
 from .models import DeadJob, Job, ScheduleState, WorkerProcess
 from .operations import BulkResult
 from .registry import registry
-from .schedule_overview import effective_queue
 from .schedules import Schedule, find_schedule, load_schedules
+from .schedules.overview import effective_queue
 
 #: Characters of ``last_error`` the list reads per row (not whole tracebacks).
 ERROR_HEAD_CHARS = 200
