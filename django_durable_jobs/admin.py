@@ -46,8 +46,8 @@ from .conf import jobs_settings
 from .models import DeadJob, Job, ScheduleState, WorkerProcess
 from .operations import BulkResult
 from .registry import registry
-from .schedule_overview import effective_queue
 from .schedules import Schedule, find_schedule, load_schedules
+from .schedules.overview import effective_queue
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise
@@ -543,11 +543,13 @@ class WorkerProcessAdmin(_WorkerModelAdmin):
     def queue_list(self, obj: WorkerProcess) -> str:
         return ", ".join(obj.queues) if obj.queues else "*"
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerProcess]:
+        # Liveness by the rule /api/health counts by (WorkerProcess.objects.alive()).
+        return WorkerProcess.objects.with_liveness()
+
     @admin.display(description=_("live"), boolean=True)
     def live(self, obj: WorkerProcess) -> bool:
-        # The rule /api/health counts by: a heartbeat younger than the lease.
-        age = (timezone.now() - obj.last_heartbeat).total_seconds()
-        return age < obj.lease_seconds
+        return bool(obj.is_alive)  # type: ignore[attr-defined]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

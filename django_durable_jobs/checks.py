@@ -10,6 +10,9 @@ from django.core import checks
 from django.db import connections, router
 
 from .conf import SETTINGS, SETTINGS_NAME
+from .handlers import registry
+from .models import Job
+from .schedules import load_schedules
 
 E001 = (
     "django-durable-jobs needs PostgreSQL, but the job table's database {alias!r} "
@@ -28,8 +31,6 @@ E005 = "django-durable-jobs needs psycopg 3; database {alias!r} uses psycopg2."
 @checks.register(checks.Tags.compatibility)
 def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E001: the job table's database must be PostgreSQL (checked without connecting)."""
-    from .models import Job
-
     errors: list[checks.CheckMessage] = []
     aliases = {router.db_for_write(Job) or "default", router.db_for_read(Job) or "default"}
     for alias in sorted(aliases):
@@ -108,9 +109,6 @@ E007_USE_TZ = (
 @checks.register(checks.Tags.compatibility)
 def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E006/E007: every declared schedule is valid and has a handler to run its jobs."""
-    from .registry import registry
-    from .schedules import load_schedules
-
     user = getattr(settings, SETTINGS_NAME, None)
     if user is not None and not isinstance(user, Mapping):
         return []  # E004 reports it.

@@ -24,10 +24,9 @@ from .constants import (
     NOTIFY_CHANNEL_MAX_BYTES,
     PRIORITY_MAX,
     PRIORITY_MIN,
-    QUEUE_MAX_LENGTH,
-    QUEUE_NAME_RE,
 )
-from .durations import parse_duration
+from .durations import is_seconds, parse_duration
+from .names import is_queue_name
 
 SETTINGS_NAME = "DURABLE_JOBS"
 #: The largest page the REST API serves, whatever ``API_PAGE_SIZE`` or
@@ -35,12 +34,14 @@ SETTINGS_NAME = "DURABLE_JOBS"
 API_MAX_PAGE_SIZE = 1000
 
 
-def _positive_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+# The *_SECONDS settings are numbers of seconds as ``durations.seconds``
+# defines them (a number, not a timedelta: the code reads them with float()).
+def _positive_seconds(value: Any) -> bool:
+    return is_seconds(value, allow_zero=False, maximum=None, allow_timedelta=False)
 
 
-def _non_negative_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+def _non_negative_seconds(value: Any) -> bool:
+    return is_seconds(value, allow_zero=True, maximum=None, allow_timedelta=False)
 
 
 def _positive_int(value: Any) -> bool:
@@ -52,15 +53,7 @@ def _int(value: Any) -> bool:
 
 
 def _fraction(value: Any) -> bool:
-    return _non_negative_number(value) and value <= 1
-
-
-def _queue_name(value: Any) -> bool:
-    return (
-        isinstance(value, str)
-        and len(value) <= QUEUE_MAX_LENGTH
-        and QUEUE_NAME_RE.match(value) is not None
-    )
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
 
 
 def _priority(value: Any) -> bool:
@@ -97,7 +90,7 @@ def _channel(value: Any) -> bool:
 
 
 def _time_limit(value: Any) -> bool:
-    return _positive_number(value) and value <= MAX_DELAY_SECONDS
+    return is_seconds(value, allow_zero=False, maximum=MAX_DELAY_SECONDS, allow_timedelta=False)
 
 
 def _time_limit_or_none(value: Any) -> bool:
@@ -147,7 +140,7 @@ class Setting:
 SETTINGS: dict[str, Setting] = {
     "DEFAULT_QUEUE": Setting(
         "default",
-        _queue_name,
+        is_queue_name,
         "a queue name (letters, digits, '_', '-' and '.')",
         "Queue for jobs whose handler and caller name none.",
     ),
@@ -165,13 +158,13 @@ SETTINGS: dict[str, Setting] = {
     ),
     "BACKOFF_BASE_SECONDS": Setting(
         1.0,
-        _positive_number,
+        _positive_seconds,
         "a number > 0",
         "Delay before the first retry; it doubles with each further attempt.",
     ),
     "BACKOFF_MAX_SECONDS": Setting(
         3600.0,
-        _positive_number,
+        _positive_seconds,
         "a number > 0",
         "Cap on the retry delay.",
     ),
@@ -183,13 +176,13 @@ SETTINGS: dict[str, Setting] = {
     ),
     "LEASE_SECONDS": Setting(
         30.0,
-        _positive_number,
+        _positive_seconds,
         "a number > 0",
         "How long a claim lasts without a heartbeat before any worker may reap it.",
     ),
     "GRACE_PERIOD_SECONDS": Setting(
         30.0,
-        _non_negative_number,
+        _non_negative_seconds,
         "a number >= 0",
         "How long in-flight jobs may finish after the first SIGTERM/SIGINT.",
     ),
@@ -201,7 +194,7 @@ SETTINGS: dict[str, Setting] = {
     ),
     "TIMEOUT_GRACE_SECONDS": Setting(
         10.0,
-        _positive_number,
+        _positive_seconds,
         "a number > 0",
         "How long a handler thread may keep running past its time limit (the attempt already "
         "failed; the thread is never interrupted) before the worker stops claiming, lets its "
@@ -209,7 +202,7 @@ SETTINGS: dict[str, Setting] = {
     ),
     "POLL_INTERVAL_SECONDS": Setting(
         2.0,
-        _positive_number,
+        _positive_seconds,
         "a number > 0",
         "Fallback poll when no notification arrives.",
     ),

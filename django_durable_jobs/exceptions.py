@@ -17,14 +17,22 @@ class InvalidJob(DurableJobsError, ValueError):
     """An argument to ``enqueue`` is invalid; nothing was written.
 
     ``field`` names the offending argument so the REST API can report it
-    against the right field. It is a ``ValueError`` so that callers who
-    catch the builtin keep working.
+    against the right field; ``code`` says which rule it broke, so that a
+    front end (the REST API) can word or place the error without matching
+    the message's text. It is a ``ValueError`` so that callers who catch
+    the builtin keep working.
     """
 
-    def __init__(self, field: str, message: str) -> None:
+    #: The rule most errors break: the value itself is not acceptable.
+    INVALID = "invalid"
+    #: Both ``delay`` and ``run_at`` were given; a job has one start time.
+    DELAY_AND_RUN_AT = "delay_and_run_at"
+
+    def __init__(self, field: str, message: str, *, code: str = INVALID) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+        self.code = code
 
 
 class IdempotencyConflict(DurableJobsError):

@@ -9,9 +9,10 @@ everywhere else.
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import BooleanField, DurationField, ExpressionWrapper, F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -223,13 +224,47 @@ class DeadJob(Job):
         verbose_name_plural = _("dead jobs")
 
 
+def _heartbeat_deadline() -> ExpressionWrapper:
+    """``now() - lease_seconds``: a heartbeat after it is younger than its worker's lease."""
+    lease = ExpressionWrapper(
+        F("lease_seconds") * timedelta(seconds=1), output_field=DurationField()
+    )
+    return ExpressionWrapper(Now() - lease, output_field=models.DateTimeField())
+
+
+class WorkerProcessQuerySet(models.QuerySet["WorkerProcess"]):
+    """Which workers are alive: the one rule ``/api/health`` and the admin count by.
+
+    A worker is alive while its last heartbeat is younger than its lease
+    (three heartbeat intervals: one or two missed beats are not a death),
+    measured by the database's clock, the one the heartbeats were written
+    with.
+    """
+
+    def alive(self) -> WorkerProcessQuerySet:
+        return self.filter(last_heartbeat__gt=_heartbeat_deadline())
+
+    def stale(self) -> WorkerProcessQuerySet:
+        """The rows of workers that are gone (killed, or stopped without a goodbye)."""
+        return self.filter(last_heartbeat__lte=_heartbeat_deadline())
+
+    def with_liveness(self) -> WorkerProcessQuerySet:
+        """Each row with ``is_alive`` (a boolean), by the same rule as ``alive()``."""
+        return self.annotate(
+            is_alive=ExpressionWrapper(
+                Q(last_heartbeat__gt=_heartbeat_deadline()), output_field=BooleanField()
+            )
+        )
+
+
 class WorkerProcess(models.Model):
     """A running ``runjobworker`` process, as its last heartbeat described it.
 
     Each heartbeat (every lease / 3) upserts the row; a graceful shutdown
     deletes it. A row whose heartbeat is older than a few intervals belongs
-    to a worker that died: ``/api/health`` does not count it as live, and
-    the next worker with the same id overwrites it.
+    to a worker that died: ``/api/health`` does not count it as live
+    (``WorkerProcess.objects.alive()``), and the next worker with the same
+    id overwrites it.
     """
 
     id = models.CharField(_("worker id"), max_length=LEASE_HOLDER_MAX_LENGTH, primary_key=True)
@@ -240,6 +275,8 @@ class WorkerProcess(models.Model):
     lease_seconds = models.FloatField(_("lease seconds"))
     started_at = models.DateTimeField(_("started at"))
     last_heartbeat = models.DateTimeField(_("last heartbeat"), db_index=True)
+
+    objects = WorkerProcessQuerySet.as_manager()
 
     class Meta:
         db_table = "durable_jobs_worker"

@@ -2,87 +2,45 @@
 
 Pure functions: each raises ``InvalidJob`` naming the argument and the
 problem, so the Python API, the REST API and the CLI report bad input the
-same way.
+same way. The name rules (type, queue, idempotency key) live in ``names``
+and time in ``durations``; the ones for enqueue are re-exported here.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.utils import timezone
 
-from .constants import (
-    IDEMPOTENCY_KEY_MAX_LENGTH,
-    MAX_ATTEMPTS_LIMIT,
-    MAX_DELAY_SECONDS,
-    PRIORITY_MAX,
-    PRIORITY_MIN,
-    QUEUE_MAX_LENGTH,
-    QUEUE_NAME_RE,
-    TYPE_MAX_LENGTH,
-)
+from .conf import jobs_settings
+from .constants import MAX_ATTEMPTS_LIMIT, MAX_DELAY_SECONDS, PRIORITY_MAX, PRIORITY_MIN
+from .durations import SecondsError, seconds
 from .exceptions import InvalidJob
+from .handlers import registry
+from .names import validate_idempotency_key, validate_queue, validate_type
+
+__all__ = [
+    "Defaults",
+    "JobSpec",
+    "build_spec",
+    "dump_payload",
+    "validate_delay",
+    "validate_delay_or_run_at",
+    "validate_idempotency_key",
+    "validate_max_attempts",
+    "validate_priority",
+    "validate_queue",
+    "validate_run_at",
+    "validate_timeout",
+    "validate_type",
+]
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _text(field: str, value: Any, max_length: int) -> str:
-    if not isinstance(value, str):
-        raise InvalidJob(field, f"must be a string, not {type(value).__name__}.")
-    if not value.strip():
-        raise InvalidJob(field, "must not be empty.")
-    if len(value) > max_length:
-        raise InvalidJob(field, f"must be at most {max_length} characters (got {len(value)}).")
-    if "\x00" in value:
-        raise InvalidJob(field, "must not contain NUL characters.")
-    return value
-
-
-# Bulk enqueues repeat a handful of types and queues thousands of times;
-# remembering the names already seen keeps validation off the profile.
-_VALID_TYPES: set[str] = set()
-_VALID_QUEUES: set[str] = set()
-_MAX_REMEMBERED = 10_000
-
-
-def _remember(seen: set[str], value: str) -> None:
-    if len(seen) < _MAX_REMEMBERED:
-        seen.add(value)
-
-
-def validate_type(value: Any) -> str:
-    if value.__class__ is str and value in _VALID_TYPES:
-        return value
-    _text("type", value, TYPE_MAX_LENGTH)
-    if value != value.strip():
-        raise InvalidJob("type", f"{value!r} must not start or end with whitespace.")
-    _remember(_VALID_TYPES, value)
-    return str(value)
-
-
-def validate_queue(value: Any) -> str:
-    if value.__class__ is str and value in _VALID_QUEUES:
-        return value
-    _text("queue", value, QUEUE_MAX_LENGTH)
-    if not QUEUE_NAME_RE.match(value):
-        raise InvalidJob(
-            "queue",
-            f"{value!r} is not a valid queue name: use letters, digits, '_', '-' and '.'.",
-        )
-    _remember(_VALID_QUEUES, value)
-    return str(value)
-
-
-def validate_idempotency_key(value: Any) -> str | None:
-    if value is None:
-        return None
-    return _text("idempotency_key", value, IDEMPOTENCY_KEY_MAX_LENGTH)
 
 
 def validate_priority(value: Any) -> int:
@@ -134,46 +92,49 @@ def validate_delay(value: Any) -> int | None:
     """The delay in whole microseconds (the database's resolution), or ``None``."""
     if value is None:
         return None
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise InvalidJob(
-            "delay", f"must be a timedelta or a number of seconds, not {type(value).__name__}."
-        )
-    if not math.isfinite(seconds):
-        raise InvalidJob("delay", "must be finite.")
-    if seconds < 0:
-        raise InvalidJob("delay", f"must not be negative (got {seconds} s).")
-    if seconds > MAX_DELAY_SECONDS:
-        raise InvalidJob(
-            "delay", f"must be at most {MAX_DELAY_SECONDS} s (100 years), got {seconds} s."
-        )
+    try:
+        number = seconds(value, allow_zero=True)
+    except SecondsError as exc:
+        raise InvalidJob("delay", _delay_error(exc)) from None
     if isinstance(value, timedelta):
         return value // timedelta(microseconds=1)
-    return round(seconds * 1_000_000)
+    return round(number * 1_000_000)
+
+
+def _delay_error(exc: SecondsError) -> str:
+    if exc.reason == SecondsError.TYPE:
+        return f"must be a timedelta or a number of seconds, not {type(exc.value).__name__}."
+    if exc.reason == SecondsError.NOT_FINITE:
+        return "must be finite."
+    if exc.reason == SecondsError.TOO_LONG:
+        return f"must be at most {MAX_DELAY_SECONDS} s (100 years), got {exc.seconds} s."
+    return f"must not be negative (got {exc.seconds} s)."
 
 
 def validate_timeout(value: Any, field: str = "timeout") -> float:
     """A time limit in seconds: a positive, finite number (``timedelta`` accepted)."""
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
+    try:
+        return seconds(value, allow_zero=False)
+    except SecondsError as exc:
+        raise InvalidJob(field, _timeout_error(exc)) from None
+
+
+def _timeout_error(exc: SecondsError) -> str:
+    if exc.reason == SecondsError.TYPE:
+        return f"must be a number of seconds or a timedelta, not {type(exc.value).__name__}."
+    if exc.reason == SecondsError.NOT_FINITE:
+        return "must be finite."
+    if exc.reason == SecondsError.TOO_LONG:
+        return f"must be at most {MAX_DELAY_SECONDS} s (100 years), got {exc.seconds:g} s."
+    return f"must be more than 0 seconds (got {exc.seconds:g})."
+
+
+def validate_delay_or_run_at(delay: Any, run_at: Any) -> None:
+    """A job has one start time: ``delay`` or ``run_at``, never both (``None``: not given)."""
+    if delay is not None and run_at is not None:
         raise InvalidJob(
-            field, f"must be a number of seconds or a timedelta, not {type(value).__name__}."
+            "run_at", "give either delay or run_at, not both.", code=InvalidJob.DELAY_AND_RUN_AT
         )
-    if not math.isfinite(seconds):
-        raise InvalidJob(field, "must be finite.")
-    if seconds <= 0:
-        raise InvalidJob(field, f"must be more than 0 seconds (got {seconds:g}).")
-    if seconds > MAX_DELAY_SECONDS:
-        raise InvalidJob(
-            field, f"must be at most {MAX_DELAY_SECONDS} s (100 years), got {seconds:g} s."
-        )
-    return seconds
 
 
 def validate_run_at(value: Any) -> datetime | None:
@@ -250,8 +211,6 @@ class Defaults(NamedTuple):
 
     @classmethod
     def from_settings(cls) -> Defaults:
-        from .conf import jobs_settings
-
         return cls(
             jobs_settings.DEFAULT_QUEUE,
             jobs_settings.DEFAULT_PRIORITY,
@@ -278,15 +237,12 @@ def build_spec(
     then from ``DURABLE_JOBS``. Written for speed: ``enqueue_many`` calls it
     once per job.
     """
-    from .registry import registry
-
     type_name = validate_type(type)
     if payload is None:
         payload, payload_json = {}, "{}"
     else:
         payload_json = dump_payload(payload)
-    if delay is not None and run_at is not None:
-        raise InvalidJob("run_at", "give either delay or run_at, not both.")
+    validate_delay_or_run_at(delay, run_at)
     if defaults is None:
         defaults = Defaults.from_settings()
     handler = registry.get(type_name)

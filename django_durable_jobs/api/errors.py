@@ -22,6 +22,14 @@ from ..operations import JobStateError
 
 #: ``InvalidJob.field`` names that the REST body spells differently.
 API_FIELD_NAMES = {"delay": "delay_seconds"}
+#: ``InvalidJob.code`` -> the body's field and message, for the rules whose
+#: Python wording names Python arguments (``delay``) the body spells otherwise.
+API_ERRORS_BY_CODE = {
+    InvalidJob.DELAY_AND_RUN_AT: (
+        "delay_seconds",
+        "give either delay_seconds or run_at, not both.",
+    ),
+}
 
 
 class APIError(APIException):
@@ -59,11 +67,14 @@ class InvalidStateError(Conflict):
 
 
 def invalid_job_error(exc: InvalidJob) -> ValidationError:
-    """``InvalidJob`` as a 400 naming the field as the request body spells it."""
-    field = API_FIELD_NAMES.get(exc.field, exc.field)
-    message = exc.message
-    if exc.field == "run_at" and "not both" in message:
-        message = "give either delay_seconds or run_at, not both."
+    """``InvalidJob`` as a 400 naming the field as the request body spells it.
+
+    Chosen by the error's ``code`` and ``field``, never by its text.
+    """
+    if exc.code in API_ERRORS_BY_CODE:
+        field, message = API_ERRORS_BY_CODE[exc.code]
+    else:
+        field, message = API_FIELD_NAMES.get(exc.field, exc.field), exc.message
     return ValidationError({field: [message]})
 
 

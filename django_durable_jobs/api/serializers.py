@@ -31,9 +31,10 @@ from ..constants import (
     TYPE_MAX_LENGTH,
 )
 from ..exceptions import InvalidJob
+from ..handlers import registry
 from ..models import Job, JobStatus
-from ..registry import registry
-from ..validation import validate_type
+from ..validation import validate_delay_or_run_at, validate_type
+from .errors import invalid_job_error
 
 # --- strict JSON fields ------------------------------------------------------
 
@@ -217,10 +218,10 @@ class EnqueueSerializer(serializers.Serializer[None]):
             raise serializers.ValidationError(
                 {"idempotency_key": ["is required (in the body or as the Idempotency-Key header)."]}
             )
-        if "delay_seconds" in attrs and "run_at" in attrs:
-            raise serializers.ValidationError(
-                {"delay_seconds": ["give either delay_seconds or run_at, not both."]}
-            )
+        try:
+            validate_delay_or_run_at(attrs.get("delay_seconds"), attrs.get("run_at"))
+        except InvalidJob as exc:
+            raise invalid_job_error(exc) from None
         return {**attrs, "idempotency_key": key}
 
     def enqueue_arguments(self) -> dict[str, Any]:

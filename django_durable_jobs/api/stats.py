@@ -1,21 +1,22 @@
 """Job counts and queue lag, for ``GET /api/jobs/stats``.
 
-Free of DRF so that other front ends (the ``jobs`` CLI) can reuse it.
-Two grouped queries: counts by queue and status, and, per queue, how long
-the oldest runnable ``pending`` job has been waiting since it became
-available (a delayed job is not late before its ``available_at``).
+Free of DRF so that other front ends (the ``jobs`` CLI) can reuse it, and
+of SQL: the ORM builds every query. ``job_stats`` runs two grouped
+queries: counts by queue and status, and, per queue, how long the oldest
+runnable ``pending`` job has been waiting since it became available (a
+delayed job is not late before its ``available_at``). ``health_stats``,
+for ``/api/health``, counts the live workers and that oldest wait.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db import connections
 from django.db.models import Count, DurationField, ExpressionWrapper, Min
 from django.db.models.functions import Now
 
 from .. import db
-from ..models import Job, JobStatus
+from ..models import Job, JobStatus, WorkerProcess
 
 
 def _counts() -> dict[str, int]:
@@ -59,26 +60,20 @@ def job_stats(using: str | None = None) -> dict[str, Any]:
     }
 
 
-#: A worker is live while its last heartbeat is younger than its lease
-#: (three heartbeat intervals: one or two missed beats are not a death).
-HEALTH_SQL = """
-SELECT
-    (SELECT count(*) FROM durable_jobs_worker
-     WHERE last_heartbeat > now() - make_interval(secs => lease_seconds)),
-    (SELECT EXTRACT(EPOCH FROM now() - min(available_at)) FROM durable_jobs_job
-     WHERE status = 'pending' AND available_at <= now())
-"""
-
-
 def health_stats(using: str | None = None) -> dict[str, Any]:
-    """Live workers and the oldest runnable pending job's age, in one query.
+    """Live workers (``WorkerProcess.objects.alive()``) and the oldest runnable pending
+    job's age, by the database's clock: two small queries.
 
     Raises ``DatabaseError`` when the database does not answer.
     """
-    with connections[db.database_alias(using)].cursor() as cursor:
-        cursor.execute(HEALTH_SQL)
-        live, age = cursor.fetchone()
+    alias = db.database_alias(using)
+    live = WorkerProcess.objects.using(alias).alive().count()
+    age = (
+        Job.objects.using(alias)
+        .runnable()
+        .aggregate(age=ExpressionWrapper(Now() - Min("available_at"), output_field=DurationField()))
+    )["age"]
     return {
-        "live_workers": int(live),
-        "oldest_pending_age_seconds": None if age is None else max(float(age), 0.0),
+        "live_workers": live,
+        "oldest_pending_age_seconds": None if age is None else max(age.total_seconds(), 0.0),
     }

@@ -29,7 +29,7 @@ from rest_framework.viewsets import GenericViewSet
 from .. import db, operations
 from ..enqueueing import enqueue
 from ..models import Job, JobStatus
-from ..schedule_overview import schedule_overview
+from ..schedules.overview import schedule_overview
 from . import serializers as s
 from .errors import exception_handler
 from .pagination import JobCursorPagination

@@ -24,68 +24,24 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
-from ..constants import QUEUE_MAX_LENGTH, QUEUE_NAME_RE
 from ..db.records import ClaimedJob
+from .slots import MAX_SLOTS, Slots, SlotsError, check_queue_slots
 
-#: The most handler threads one worker process may run, all groups together.
-MAX_SLOTS = 1_000
+# The slot rule lives in slots.py; these names are importable from here too.
+__all__ = [
+    "MAX_SLOTS",
+    "SCALE_DOWN_AFTER_SECONDS",
+    "SlotGroup",
+    "Slots",
+    "SlotsError",
+    "check_queue_slots",
+    "groups_for",
+    "total_size",
+]
+
 #: Seconds a slot may stay unused before an elastic group stops it.
 SCALE_DOWN_AFTER_SECONDS = 30.0
-
-
-@dataclass(frozen=True)
-class Slots:
-    """How many slots a group has: ``minimum == maximum`` for a fixed size."""
-
-    minimum: int
-    maximum: int
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.minimum <= self.maximum <= MAX_SLOTS:
-            raise ValueError(
-                f"slots must satisfy 1 <= minimum <= maximum <= {MAX_SLOTS}, "
-                f"got {self.minimum}-{self.maximum}"
-            )
-
-    @property
-    def elastic(self) -> bool:
-        return self.minimum < self.maximum
-
-    def __str__(self) -> str:
-        return f"{self.minimum}-{self.maximum}" if self.elastic else str(self.minimum)
-
-    @classmethod
-    def of(cls, value: int | tuple[int, int] | Slots) -> Slots:
-        """From ``4`` (fixed) or ``(2, 16)`` (elastic)."""
-        if isinstance(value, Slots):
-            return value
-        if isinstance(value, tuple):
-            return cls(*value)
-        return cls(value, value)
-
-
-def check_queue_slots(queue_slots: Mapping[str, int | tuple[int, int] | Slots]) -> dict[str, Slots]:
-    """Validate per-queue slots; ``ValueError`` says what is wrong."""
-    if not queue_slots:
-        raise ValueError("queue_slots needs at least one queue")
-    checked: dict[str, Slots] = {}
-    for name, value in queue_slots.items():
-        if (
-            not isinstance(name, str)
-            or len(name) > QUEUE_MAX_LENGTH
-            or not QUEUE_NAME_RE.match(name)
-        ):
-            raise ValueError(f"{name!r} is not a valid queue name")
-        try:
-            checked[name] = Slots.of(value)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"queue {name!r}: {exc}") from None
-    total = sum(slots.maximum for slots in checked.values())
-    if total > MAX_SLOTS:
-        raise ValueError(f"the queues' slots add up to {total}, over the limit of {MAX_SLOTS}")
-    return checked
 
 
 class SlotGroup:

@@ -19,18 +19,16 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from ..enqueueing import enqueue
 from ..exceptions import DurableJobsError, IdempotencyConflict
+from ..models import ScheduleState
 from ..schedules import Schedule, due_tick, load_schedules, missed_tick_count
-
-if TYPE_CHECKING:
-    from ..models import ScheduleState
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -185,8 +183,6 @@ class Scheduler:
         Concurrent workers may do this at once: the insert ignores
         conflicts and the update is conditional, so neither errors.
         """
-        from ..models import ScheduleState
-
         rows = ScheduleState.objects.using(self.alias)
         names = [s.name for s in schedules]
         states = {state.name: state for state in rows.filter(name__in=names)}
@@ -208,8 +204,6 @@ class Scheduler:
 
     def _enqueue(self, schedule: Schedule, tick: datetime, now: datetime) -> bool:
         """Enqueue ``tick`` and record it; True if this call created the job."""
-        from ..enqueueing import enqueue
-
         key = schedule.idempotency_key(tick)
         try:
             with transaction.atomic(using=self.alias):
@@ -247,8 +241,6 @@ class Scheduler:
 
     def _record(self, schedule: Schedule, tick: datetime, job_id: object, now: datetime) -> None:
         """Move the schedule's ``last_tick`` forward (never back: a slow worker may be late)."""
-        from ..models import ScheduleState
-
         ScheduleState.objects.using(self.alias).filter(name=schedule.name).filter(
             Q(last_tick__isnull=True) | Q(last_tick__lt=tick)
         ).update(last_tick=tick, last_job_id=job_id, last_enqueued_at=now, updated_at=now)

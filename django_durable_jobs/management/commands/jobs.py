@@ -23,6 +23,7 @@ from ... import operations, pruning
 from ...api.stats import job_stats
 from ...durations import format_duration, parse_duration
 from ...models import Job, JobStatus
+from ...schedules.overview import schedule_overview
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 10_000
@@ -321,8 +322,6 @@ class Command(BaseCommand):
         return data, text
 
     def handle_schedules(self, options: dict[str, Any]) -> tuple[Any, str]:
-        from ...schedule_overview import schedule_overview
-
         rows = schedule_overview()
         if not rows:
             return rows, "No schedules declared."

@@ -1,105 +1,59 @@
-"""``manage.py runjobworker``: parse and check the options, then run a Worker."""
+"""``manage.py runjobworker``: parse and check the options, then run a Worker.
+
+The rules the options follow are not written here: slot ranges and queue
+lists are ``worker/slots.py``'s, numbers of seconds ``durations``'. This
+module turns their ``ValueError`` into argparse's error.
+"""
 
 from __future__ import annotations
 
 import argparse
-import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.core import checks
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import jobs_settings
-from ...constants import QUEUE_MAX_LENGTH, QUEUE_NAME_RE
+from ...durations import parse_seconds
 from ...worker import Worker, WorkerConfig
 from ...worker.metrics_server import MetricsServer
-from ...worker.pool import MAX_SLOTS, SCALE_DOWN_AFTER_SECONDS, Slots
+from ...worker.pool import SCALE_DOWN_AFTER_SECONDS
+from ...worker.slots import MAX_SLOTS, Slots, parse_queues
 
 MAX_CONCURRENCY = MAX_SLOTS
+
+T = TypeVar("T")
+
+
+def _argument(parse: Callable[[str], T], value: str) -> T:
+    """``parse(value)``, its ``ValueError`` as argparse's ``ArgumentTypeError`` (same message)."""
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def slot_count(value: str) -> Slots:
     """``"8"`` (a fixed number of slots) or ``"2-16"`` (elastic, from 2 up to 16)."""
-    low, dash, high = value.strip().partition("-")
-    try:
-        minimum = int(low)
-        maximum = int(high) if dash else minimum
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a number of slots N or a range MIN-MAX (e.g. '8' or '2-16')"
-        ) from None
-    if not (1 <= minimum <= MAX_CONCURRENCY and 1 <= maximum <= MAX_CONCURRENCY):
-        raise argparse.ArgumentTypeError(
-            f"must be between 1 and {MAX_CONCURRENCY}, got {value.strip()}"
-        )
-    if minimum > maximum:
-        raise argparse.ArgumentTypeError(
-            f"{value.strip()}: the minimum {minimum} is more than the maximum {maximum}"
-        )
-    return Slots(minimum, maximum)
+    return _argument(Slots.parse, value)
 
 
 def queue_list(value: str) -> frozenset[str] | dict[str, Slots]:
     """``"emails,default"`` (names: the queues share --concurrency) or
-    ``"emails:4,default:2-8"`` (each queue has slots of its own).
-
-    Every queue has a count or none does: with a mix it would be unclear how
-    many slots the uncounted queues get.
-    """
-    items = [item.strip() for item in value.split(",")]
-    if not value.strip() or any(not item for item in items):
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a comma-separated list of queue names "
-            "(e.g. 'emails,default' or 'emails:4,default:8')"
-        )
-    counted: dict[str, Slots] = {}
-    names: list[str] = []
-    for item in items:
-        name, colon, count = (part.strip() for part in item.partition(":"))
-        if not name:
-            raise argparse.ArgumentTypeError(f"{item!r} has no queue name before ':'")
-        if len(name) > QUEUE_MAX_LENGTH or not QUEUE_NAME_RE.match(name):
-            raise argparse.ArgumentTypeError(
-                f"{name!r} is not a valid queue name (letters, digits, '_', '-' and '.')"
-            )
-        if name in names:
-            raise argparse.ArgumentTypeError(f"queue {name!r} is listed twice")
-        names.append(name)
-        if colon:
-            try:
-                counted[name] = slot_count(count)
-            except argparse.ArgumentTypeError as exc:
-                raise argparse.ArgumentTypeError(f"{item!r}: {exc}") from None
-    if not counted:
-        return frozenset(names)
-    if len(counted) < len(names):
-        uncounted = ", ".join(name for name in names if name not in counted)
-        raise argparse.ArgumentTypeError(
-            f"{value!r} gives slots to some queues but not to {uncounted}: give every queue "
-            "its slots (e.g. 'emails:4,default:8') or none (they then share --concurrency)"
-        )
-    total = sum(slots.maximum for slots in counted.values())
-    if total > MAX_CONCURRENCY:
-        raise argparse.ArgumentTypeError(
-            f"the queues' slots add up to {total}, over the limit of {MAX_CONCURRENCY}"
-        )
-    return counted
+    ``"emails:4,default:2-8"`` (each queue has slots of its own)."""
+    return _argument(parse_queues, value)
 
 
 def concurrency(value: str) -> Slots:
     return slot_count(value)
 
 
-def seconds(*, allow_zero: bool) -> Any:
+def seconds(*, allow_zero: bool) -> Callable[[str], float]:
+    """A parser of a number of seconds (``> 0``, or ``>= 0`` with ``allow_zero``)."""
+
     def parse(value: str) -> float:
-        try:
-            number = float(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-        if not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
-            bound = ">= 0" if allow_zero else "> 0"
-            raise argparse.ArgumentTypeError(f"must be a number of seconds {bound}, got {value}")
-        return number
+        return _argument(lambda text: parse_seconds(text, allow_zero=allow_zero), value)
 
     return parse
 

@@ -1,0 +1,93 @@
+"""What a name may be: job types, queue names, idempotency keys.
+
+Each rule is written once, here, and every door a name comes in through
+uses it: ``enqueue()`` and ``@job`` (``InvalidJob``), the REST API (a 400
+naming the field), ``runjobworker --queues`` (an argparse error),
+``WorkerConfig(queue_slots=...)`` (``ValueError``), the ``DEFAULT_QUEUE``
+setting (``durable_jobs.E003``), schedules and the Django Tasks backend.
+Each door keeps its own error type and wording; the rule is the same.
+
+A module of its own, below ``validation`` and ``conf``: the settings check
+the same names that ``enqueue()`` does, and ``validation`` reads settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .constants import (
+    IDEMPOTENCY_KEY_MAX_LENGTH,
+    QUEUE_MAX_LENGTH,
+    QUEUE_NAME_RE,
+    TYPE_MAX_LENGTH,
+)
+from .exceptions import InvalidJob
+
+
+def _text(field: str, value: Any, max_length: int) -> str:
+    if not isinstance(value, str):
+        raise InvalidJob(field, f"must be a string, not {type(value).__name__}.")
+    if not value.strip():
+        raise InvalidJob(field, "must not be empty.")
+    if len(value) > max_length:
+        raise InvalidJob(field, f"must be at most {max_length} characters (got {len(value)}).")
+    if "\x00" in value:
+        raise InvalidJob(field, "must not contain NUL characters.")
+    return value
+
+
+# Bulk enqueues repeat a handful of types and queues thousands of times;
+# remembering the names already seen keeps validation off the profile.
+_VALID_TYPES: set[str] = set()
+_VALID_QUEUES: set[str] = set()
+_MAX_REMEMBERED = 10_000
+
+
+def _remember(seen: set[str], value: str) -> None:
+    if len(seen) < _MAX_REMEMBERED:
+        seen.add(value)
+
+
+def validate_type(value: Any) -> str:
+    """A job type: a non-empty string of at most 255 characters, no surrounding blanks."""
+    if value.__class__ is str and value in _VALID_TYPES:
+        return value
+    _text("type", value, TYPE_MAX_LENGTH)
+    if value != value.strip():
+        raise InvalidJob("type", f"{value!r} must not start or end with whitespace.")
+    _remember(_VALID_TYPES, value)
+    return str(value)
+
+
+def validate_queue(value: Any) -> str:
+    """A queue name: letters, digits, ``_``, ``-`` and ``.``, at most 100 characters.
+
+    No ``,``, ``:`` or spaces: the worker's ``--queues emails:4,default``
+    syntax uses them as separators.
+    """
+    if value.__class__ is str and value in _VALID_QUEUES:
+        return value
+    _text("queue", value, QUEUE_MAX_LENGTH)
+    if not QUEUE_NAME_RE.match(value):
+        raise InvalidJob(
+            "queue",
+            f"{value!r} is not a valid queue name: use letters, digits, '_', '-' and '.'.",
+        )
+    _remember(_VALID_QUEUES, value)
+    return str(value)
+
+
+def is_queue_name(value: Any) -> bool:
+    """Whether ``validate_queue`` accepts ``value`` (for doors that word errors their own way)."""
+    try:
+        validate_queue(value)
+    except InvalidJob:
+        return False
+    return True
+
+
+def validate_idempotency_key(value: Any) -> str | None:
+    """``None`` (no key) or a non-empty string of at most 255 characters."""
+    if value is None:
+        return None
+    return _text("idempotency_key", value, IDEMPOTENCY_KEY_MAX_LENGTH)
