@@ -142,7 +142,7 @@ def _spec_from_item(index: int, item: Mapping[str, Any], defaults: Defaults) -> 
     try:
         return build_spec(**item, defaults=defaults)
     except InvalidJob as exc:
-        raise InvalidJob(f"jobs[{index}].{exc.field}", exc.message) from None
+        raise InvalidJob(f"jobs[{index}].{exc.field}", exc.message, code=exc.code) from None
 
 
 def _insert(alias: str, specs: Sequence[JobSpec]) -> list[EnqueueResult]:

@@ -39,6 +39,7 @@ from .. import db, hooks, metrics
 from ..backoff import RetryPolicy
 from ..conf import jobs_settings
 from ..db.records import ClaimedJob, Outcome, Transition
+from ..durations import SecondsError, seconds
 from .attempts import Attempt, AttemptTable, Clock, State
 from .completer import Completer
 from .executor import StopWorker, execute, internal_error
@@ -55,6 +56,7 @@ from .pool import (
 )
 from .presence import Presence
 from .scheduler import Scheduler
+from .slots import check_queue_name
 from .watchdog import Watchdog
 
 logger = logging.getLogger("django_durable_jobs.worker")
@@ -113,8 +115,14 @@ class WorkerConfig:
             self.slots = Slots(self.concurrency, maximum)
         except ValueError as exc:
             raise ValueError(f"concurrency: {exc}") from None
-        if not self.scale_down_after > 0:
-            raise ValueError(f"scale_down_after must be > 0 seconds, got {self.scale_down_after}")
+        try:
+            self.scale_down_after = seconds(self.scale_down_after, allow_zero=False, maximum=None)
+        except SecondsError:
+            raise ValueError(
+                f"scale_down_after must be > 0 seconds, got {self.scale_down_after!r}"
+            ) from None
+        if self.queues is not None:
+            self.queues = frozenset(check_queue_name(name) for name in self.queues)
         self.slots_per_queue = None
         if self.queue_slots is not None:
             self.slots_per_queue = check_queue_slots(self.queue_slots)

@@ -62,6 +62,10 @@ def _worker_config_door(name: str) -> None:
     WorkerConfig(queue_slots={name: 1}, install_signal_handlers=False)
 
 
+def _worker_queues_door(name: str) -> None:
+    WorkerConfig(queues=frozenset({name}), install_signal_handlers=False)
+
+
 def _setting_door(name: str) -> None:
     with override_settings(DURABLE_JOBS={"DEFAULT_QUEUE": name}):
         assert name == jobs_settings.DEFAULT_QUEUE
@@ -76,6 +80,7 @@ QUEUE_DOORS: dict[str, tuple[Callable[[str], None], type[Exception]]] = {
     "@job": (_job_door, InvalidJob),
     "runjobworker --queues": (_cli_door, argparse.ArgumentTypeError),
     "WorkerConfig(queue_slots)": (_worker_config_door, ValueError),
+    "WorkerConfig(queues)": (_worker_queues_door, ValueError),
     "DEFAULT_QUEUE": (_setting_door, ImproperlyConfigured),
     "SCHEDULES queue": (_schedule_door, InvalidSchedule),
 }
