@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .tasks.backend import (
     E101,
+    E101_HINT,
     E102,
     E103,
     E104,
@@ -19,6 +20,7 @@ from .tasks.backend import (
 
 __all__ = [
     "E101",
+    "E101_HINT",
     "E102",
     "E103",
     "E104",

@@ -25,11 +25,11 @@ from django.tasks.signals import task_enqueued
 from django.utils.module_loading import import_string
 
 from .. import db
-from ..constants import MAX_ATTEMPTS_LIMIT, QUEUE_NAME_RE, TYPE_MAX_LENGTH
+from ..constants import MAX_ATTEMPTS_LIMIT, QUEUE_MAX_LENGTH
 from ..enqueueing import enqueue
 from ..exceptions import InvalidJob
 from ..models import Job
-from ..validation import validate_max_attempts, validate_timeout
+from ..validation import validate_max_attempts, validate_queue, validate_timeout, validate_type
 from .options import current_task_options
 from .results import (
     NotRoundTrippable,
@@ -44,6 +44,9 @@ from .results import (
 OPTION_KEYS = frozenset({"max_attempts", "timeout"})
 
 E101 = "TASKS[{alias!r}]['QUEUES'] holds an invalid queue name: {name!r}."
+E101_HINT = (
+    f"Queue names use letters, digits, '_', '-' and '.', at most {QUEUE_MAX_LENGTH} characters."
+)
 E102 = "TASKS[{alias!r}]['OPTIONS'] must be a dict, got {kind}."
 E103 = "TASKS[{alias!r}]['OPTIONS'][{key!r}] is not a known option."
 E104 = (
@@ -77,16 +80,21 @@ class DurableJobsBackend(BaseTaskBackend):
     def validate_task(self, task: Task) -> None:
         """Django's checks, plus what a job row needs (a storable type and queue)."""
         super().validate_task(task)
-        if len(task.module_path) > TYPE_MAX_LENGTH:
+        # The rules enqueue() applies to every job, checked here so a bad
+        # task fails where it is declared (or re-targeted with .using()),
+        # not at its first enqueue.
+        try:
+            validate_type(task.module_path)
+        except InvalidJob as exc:
             raise InvalidTask(
-                f"Task path {task.module_path!r} is longer than {TYPE_MAX_LENGTH} characters, "
-                "the most a job type can hold."
-            )
-        if not QUEUE_NAME_RE.match(task.queue_name):
+                f"Task path {task.module_path!r} cannot be a job type: {exc.message}"
+            ) from None
+        try:
+            validate_queue(task.queue_name)
+        except InvalidJob as exc:
             raise InvalidTask(
-                f"Queue {task.queue_name!r} is not a valid queue name: use letters, digits, "
-                "'_', '-' and '.'."
-            )
+                f"Invalid queue_name for task {task.module_path}: {exc.message}"
+            ) from None
 
     def enqueue(self, task: Task, args: Iterable[Any], kwargs: Mapping[str, Any]) -> TaskResult:
         """Insert ``task`` as a job; with ``task_options(idempotency_key=...)``, maybe replay.
@@ -157,10 +165,12 @@ class DurableJobsBackend(BaseTaskBackend):
                 id="durable_jobs.E105",
             )
         for name in sorted(self.queues, key=str):
-            if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+            try:
+                validate_queue(name)
+            except InvalidJob:
                 yield checks.Error(
                     E101.format(alias=self.alias, name=name),
-                    hint="Queue names use letters, digits, '_', '-' and '.'.",
+                    hint=E101_HINT,
                     id="durable_jobs.E101",
                 )
         if not isinstance(self.options, Mapping):

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from django_durable_jobs import IdempotencyConflict, InvalidJob, enqueue
 from django_durable_jobs.backends import DurableJobsBackend, task_options
+from django_durable_jobs.constants import QUEUE_MAX_LENGTH
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker import Worker, WorkerConfig
 from tests.testapp import tasks
@@ -344,6 +345,18 @@ def test_an_invalid_queue_name_is_rejected_even_when_queues_is_open() -> None:
         assert tasks.add.using(queue_name="anything-goes").queue_name == "anything-goes"
         with pytest.raises(InvalidTask, match="not a valid queue name"):
             tasks.add.using(queue_name="a,b")
+
+
+def test_a_queue_name_over_the_length_limit_is_rejected() -> None:
+    # The rule every job's queue follows (validation.validate_queue), length included.
+    longest, too_long = "q" * QUEUE_MAX_LENGTH, "q" * (QUEUE_MAX_LENGTH + 1)
+    with override_settings(TASKS={"default": {"BACKEND": DURABLE, "QUEUES": []}}):
+        assert tasks.add.using(queue_name=longest).queue_name == longest
+        with pytest.raises(InvalidTask, match=f"at most {QUEUE_MAX_LENGTH} characters") as caught:
+            tasks.add.using(queue_name=too_long)
+    assert "tests.testapp.tasks.add" in str(caught.value)
+    assert check_ids(QUEUES=["default", too_long]) == ["durable_jobs.E101"]
+    assert not Job.objects.exists()
 
 
 @pytest.mark.parametrize(
