@@ -4,6 +4,9 @@ from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
 from django.utils.translation import gettext_lazy as _
 
+from . import hooks
+from .tasks import TASKS_AVAILABLE, bridge
+
 
 class DurableJobsConfig(AppConfig):
     name = "django_durable_jobs"
@@ -17,3 +20,9 @@ class DurableJobsConfig(AppConfig):
         # Handlers live in each app's `jobs` module, as admin classes live
         # in `admin.py`; importing them fills the registry.
         autodiscover_modules("jobs")
+        # The core never imports the Django Tasks integration: it calls the
+        # hooks, and this is where the two meet. Without django.tasks
+        # (Django < 6.0) no row can be a task, so nothing is registered.
+        if TASKS_AVAILABLE:
+            hooks.add_handler_resolver(bridge.task_handler)
+            hooks.add_finished_listener(bridge.announce_finished)

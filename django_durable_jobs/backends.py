@@ -2,9 +2,11 @@
 
 ``TASKS = {"default": {"BACKEND": "django_durable_jobs.backends.DurableJobsBackend"}}``
 
-``django.tasks`` arrived in Django 6.0. On older versions this module
-still imports (so code that mentions it, and the rest of the app, keep
-working), and asking for ``DurableJobsBackend`` raises
+The public path of the Django Tasks integration, which lives in
+``django_durable_jobs.tasks``: this dotted path is in users' settings and
+never changes. ``django.tasks`` arrived in Django 6.0. On older versions
+this module still imports (so code that mentions it, and the rest of the
+app, keep working), and asking for ``DurableJobsBackend`` raises
 ``ImproperlyConfigured`` saying what is needed.
 """
 
@@ -15,14 +17,13 @@ from typing import TYPE_CHECKING, Any
 import django
 from django.core.exceptions import ImproperlyConfigured
 
-from .tasks_options import TaskOptions, current_task_options, task_options
+from .tasks import TASKS_AVAILABLE
+from .tasks.options import TaskOptions, current_task_options, task_options
 
 if TYPE_CHECKING:
-    from .tasks_backend import DurableJobsBackend
+    from .tasks.backend import DurableJobsBackend
 
 __all__ = ["DurableJobsBackend", "TaskOptions", "current_task_options", "task_options"]
-
-TASKS_AVAILABLE = django.VERSION >= (6, 0)
 
 
 def __getattr__(name: str) -> Any:
@@ -34,6 +35,7 @@ def __getattr__(name: str) -> Any:
             f"(django.tasks); this is Django {django.get_version()}. Enqueue with "
             "django_durable_jobs.enqueue() instead, or upgrade Django."
         )
-    from .tasks_backend import DurableJobsBackend
+    # Imported on first use: the module needs django.tasks (Django >= 6.0).
+    from .tasks.backend import DurableJobsBackend
 
     return DurableJobsBackend

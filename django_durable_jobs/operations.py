@@ -19,10 +19,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from . import db
+from . import db, hooks
 from .exceptions import DurableJobsError
 from .models import Job, JobStatus
-from .tasks_bridge import announce_finished
 
 logger = logging.getLogger(__name__)
 
@@ -100,9 +99,9 @@ def _apply(operation: str, job_ids: Iterable[uuid.UUID | str], using: str | None
                 db.notify(alias, queues)
         skipped = matching.filter(~Q(pk__in=changed)).count() if len(changed) < len(ids) else 0
         if operation == "cancel" and changed:
-            # Cancelled Django tasks read as FAILED: tell task_finished's
-            # receivers, once the cancel is committed (the caller's, if any).
-            transaction.on_commit(functools.partial(announce_finished, changed, alias), alias)
+            # Tell the finished listeners (a cancelled Django task reads as
+            # FAILED), once the cancel is committed (the caller's, if any).
+            transaction.on_commit(functools.partial(hooks.jobs_finished, changed, alias), alias)
     for job_id in changed:
         logger.info("Job %s id=%s", _PAST[operation], job_id, extra={"job_id": str(job_id)})
     return BulkResult(changed=changed, skipped=skipped)

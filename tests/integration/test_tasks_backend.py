@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from django_durable_jobs import IdempotencyConflict, InvalidJob, enqueue
 from django_durable_jobs.backends import DurableJobsBackend, task_options
+from django_durable_jobs.constants import QUEUE_MAX_LENGTH
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker import Worker, WorkerConfig
 from tests.testapp import tasks
@@ -205,6 +206,56 @@ def test_cancelling_a_task_sends_task_finished_after_the_commit() -> None:
         assert [i for _, i, _, _ in signals.seen] == [first.id, rolled_back.id]
 
 
+def dead(*results: Any) -> list[uuid.UUID]:
+    """Mark the tasks' jobs dead (as a reap would), and return their ids."""
+    ids = [uuid.UUID(result.id) for result in results]
+    Job.objects.filter(pk__in=ids).update(status=JobStatus.DEAD)
+    return ids
+
+
+def test_the_finished_listener_picks_the_tasks_among_any_jobs(
+    django_assert_num_queries: Any,
+) -> None:
+    """The core announces every job it finished without a handler; only tasks are sent."""
+    from django_durable_jobs import hooks
+
+    ids = dead(tasks.add.enqueue(1, 1))
+    pending = tasks.add.enqueue(2, 2)
+    plain = enqueue("tests.record").job
+    shaped = enqueue("tests.record", {"args": [], "kwargs": {}, "backend": "default"}).job
+    Job.objects.filter(pk__in=[plain.pk, shaped.pk]).update(status=JobStatus.DEAD)
+    others = [uuid.UUID(pending.id), plain.pk, shaped.pk, uuid.uuid4()]
+    with Signals() as signals, django_assert_num_queries(1):
+        hooks.jobs_finished([*ids, *others], "default")
+    assert [(i, status) for _, i, status, _ in signals.seen] == [
+        (str(ids[0]), TaskResultStatus.FAILED)
+    ]
+
+
+@pytest.mark.usefixtures("clean_registry")
+def test_the_finished_listener_leaves_a_type_a_job_handler_declares() -> None:
+    # The executor runs such a row as the @job, never as the task it names.
+    from django_durable_jobs import hooks
+    from django_durable_jobs.registry import job
+
+    ids = dead(tasks.add.enqueue(1, 1))
+    job("tests.testapp.tasks.add")(lambda ctx: None)
+    with Signals() as signals:
+        hooks.jobs_finished(ids, "default")
+    assert signals.seen == []
+
+
+def test_the_finished_listener_reads_nothing_without_a_durable_backend(
+    django_assert_num_queries: Any,
+) -> None:
+    from django_durable_jobs import hooks
+
+    ids = dead(tasks.add.enqueue(1, 1))
+    immediate = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+    with override_settings(TASKS=immediate), django_assert_num_queries(0):
+        hooks.jobs_finished(ids, "default")
+
+
 def test_a_task_the_reaper_kills_sends_task_finished() -> None:
     from django_durable_jobs.worker.maintenance import Maintenance
 
@@ -294,6 +345,18 @@ def test_an_invalid_queue_name_is_rejected_even_when_queues_is_open() -> None:
         assert tasks.add.using(queue_name="anything-goes").queue_name == "anything-goes"
         with pytest.raises(InvalidTask, match="not a valid queue name"):
             tasks.add.using(queue_name="a,b")
+
+
+def test_a_queue_name_over_the_length_limit_is_rejected() -> None:
+    # The rule every job's queue follows (validation.validate_queue), length included.
+    longest, too_long = "q" * QUEUE_MAX_LENGTH, "q" * (QUEUE_MAX_LENGTH + 1)
+    with override_settings(TASKS={"default": {"BACKEND": DURABLE, "QUEUES": []}}):
+        assert tasks.add.using(queue_name=longest).queue_name == longest
+        with pytest.raises(InvalidTask, match=f"at most {QUEUE_MAX_LENGTH} characters") as caught:
+            tasks.add.using(queue_name=too_long)
+    assert "tests.testapp.tasks.add" in str(caught.value)
+    assert check_ids(QUEUES=["default", too_long]) == ["durable_jobs.E101"]
+    assert not Job.objects.exists()
 
 
 @pytest.mark.parametrize(

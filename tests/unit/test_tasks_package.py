@@ -1,0 +1,147 @@
+"""The Django Tasks integration as a package apart (no database).
+
+It lives in ``django_durable_jobs.tasks`` and meets the core only through
+``django_durable_jobs.hooks``, registered in ``AppConfig.ready()``; the old
+flat module paths stay as re-exports of the same objects.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import django
+import pytest
+
+import django_durable_jobs
+from django_durable_jobs import hooks
+from django_durable_jobs.tasks import TASKS_AVAILABLE, bridge
+
+needs_django_6 = pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks needs Django 6")
+needs_django_5 = pytest.mark.skipif(django.VERSION >= (6, 0), reason="Django < 6 behaviour")
+
+PACKAGE = Path(django_durable_jobs.__file__).parent
+
+#: Old path -> new path, for the modules that import on every Django.
+PORTABLE = {
+    "django_durable_jobs.tasks_bridge": "django_durable_jobs.tasks.bridge",
+    "django_durable_jobs.tasks_options": "django_durable_jobs.tasks.options",
+}
+#: The same, for the modules that need django.tasks.
+DJANGO_6_ONLY = {
+    "django_durable_jobs.tasks_backend": "django_durable_jobs.tasks.backend",
+    "django_durable_jobs.tasks_results": "django_durable_jobs.tasks.results",
+}
+
+#: Files allowed to import the integration: the package itself, the old
+#: paths, the public ``backends`` path and ``apps.py``, which registers it.
+ALLOWED = {"backends.py", "apps.py", *(f"{old.rsplit('.', 1)[1]}.py" for old in PORTABLE)}
+ALLOWED |= {f"{old.rsplit('.', 1)[1]}.py" for old in DJANGO_6_ONLY}
+#: Core files that still import the old bridge path until the worker calls
+#: ``hooks.resolve_handler`` / ``hooks.jobs_finished`` (issue 11); the test
+#: fails once one of them no longer does, so that this set only shrinks.
+PENDING = {"worker/executor.py", "worker/loop.py", "worker/maintenance.py"}
+
+
+def _same_names(old_path: str, new_path: str) -> None:
+    old, new = importlib.import_module(old_path), importlib.import_module(new_path)
+    assert old.__all__, old_path
+    for name in old.__all__:
+        assert getattr(old, name) is getattr(new, name), f"{old_path}.{name}"
+
+
+@pytest.mark.parametrize(("old_path", "new_path"), PORTABLE.items())
+def test_old_paths_are_the_new_objects(old_path: str, new_path: str) -> None:
+    _same_names(old_path, new_path)
+
+
+@needs_django_6
+@pytest.mark.parametrize(("old_path", "new_path"), DJANGO_6_ONLY.items())
+def test_old_paths_of_django_6_modules_are_the_new_objects(old_path: str, new_path: str) -> None:
+    _same_names(old_path, new_path)
+
+
+def test_the_public_backends_path_re_exports_the_options() -> None:
+    from django_durable_jobs import backends
+    from django_durable_jobs.tasks import options
+
+    for name in ("TaskOptions", "current_task_options", "task_options"):
+        assert getattr(backends, name) is getattr(options, name)
+
+
+@needs_django_6
+def test_the_public_backends_path_is_the_backend_class() -> None:
+    from django_durable_jobs import backends
+    from django_durable_jobs.tasks.backend import DurableJobsBackend
+
+    assert backends.DurableJobsBackend is DurableJobsBackend
+
+
+@needs_django_6
+def test_ready_plugs_the_bridge_into_the_hooks() -> None:
+    assert bridge.task_handler in hooks._resolvers
+    assert bridge.announce_finished in hooks._finished_listeners
+
+
+@needs_django_5
+def test_without_django_tasks_nothing_is_plugged_in() -> None:
+    assert not TASKS_AVAILABLE
+    assert bridge.task_handler not in hooks._resolvers
+    assert bridge.announce_finished not in hooks._finished_listeners
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The absolute names of the modules ``path`` imports (``from x import y``: x and x.y)."""
+    relative = path.relative_to(PACKAGE.parent).with_suffix("")
+    package = list(relative.parts[:-1])
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _imports_the_integration(path: Path) -> bool:
+    integration = ("django_durable_jobs.tasks", "django_durable_jobs.backends")
+    integration += tuple(PORTABLE) + tuple(DJANGO_6_ONLY)
+    return any(
+        module == name or module.startswith(f"{name}.")
+        for module in _imported_modules(path)
+        for name in integration
+    )
+
+
+def test_the_core_never_imports_the_integration() -> None:
+    core = [
+        path
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).parts[0] != "tasks"
+        and path.relative_to(PACKAGE).as_posix() not in ALLOWED
+    ]
+    importing = {p.relative_to(PACKAGE).as_posix() for p in core if _imports_the_integration(p)}
+    assert importing - PENDING == set(), "the core imports django_durable_jobs.tasks"
+    assert PENDING - importing == set(), "no longer imports the integration: drop from PENDING"
+
+
+def test_the_helper_sees_relative_imports() -> None:
+    # The scan above is only as good as its import resolution.
+    assert _imports_the_integration(PACKAGE / "apps.py")
+    assert not _imports_the_integration(PACKAGE / "hooks.py")
+
+
+def test_tasks_available_is_defined_once() -> None:
+    defining = [
+        path.relative_to(PACKAGE).as_posix()
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name) and target.id == "TASKS_AVAILABLE"
+    ]
+    assert defining == ["tasks/__init__.py"]
