@@ -13,6 +13,7 @@ from datetime import timedelta
 
 from django.db import models
 from django.db.models import BooleanField, DurationField, ExpressionWrapper, F, Q
+from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -224,7 +225,7 @@ class DeadJob(Job):
         verbose_name_plural = _("dead jobs")
 
 
-def _heartbeat_deadline() -> ExpressionWrapper:
+def _heartbeat_deadline() -> ExpressionWrapper[CombinedExpression]:
     """``now() - lease_seconds``: a heartbeat after it is younger than its worker's lease."""
     lease = ExpressionWrapper(
         F("lease_seconds") * timedelta(seconds=1), output_field=DurationField()

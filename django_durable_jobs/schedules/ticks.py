@@ -147,7 +147,8 @@ def missed_tick_count(schedule: Schedule, first: datetime, before: datetime) -> 
     if schedule.every is not None:
         step = schedule.every.total_seconds()
         return str(math.ceil((before - first).total_seconds() / step))
-    count, tick = 0, first
+    count = 0
+    tick: datetime | None = first
     while tick is not None and tick < before:
         count += 1
         if count >= MISSED_COUNT_LIMIT:

@@ -11,7 +11,7 @@ older versions.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import partial
 from typing import Any
 
@@ -77,7 +77,7 @@ class DurableJobsBackend(BaseTaskBackend):
     supports_get_result = True
     supports_priority = True
 
-    def validate_task(self, task: Task) -> None:
+    def validate_task(self, task: Task[Any, Any]) -> None:
         """Django's checks, plus what a job row needs (a storable type and queue)."""
         super().validate_task(task)
         # The rules enqueue() applies to every job, checked here so a bad
@@ -96,7 +96,9 @@ class DurableJobsBackend(BaseTaskBackend):
                 f"Invalid queue_name for task {task.module_path}: {exc.message}"
             ) from None
 
-    def enqueue(self, task: Task, args: Iterable[Any], kwargs: Mapping[str, Any]) -> TaskResult:
+    def enqueue(
+        self, task: Task[Any, Any], args: Iterable[Any], kwargs: Mapping[str, Any]
+    ) -> TaskResult[Any, Any]:
         """Insert ``task`` as a job; with ``task_options(idempotency_key=...)``, maybe replay.
 
         Arguments must survive a JSON round trip unchanged (checked here,
@@ -139,7 +141,7 @@ class DurableJobsBackend(BaseTaskBackend):
             )
         return result
 
-    def get_result(self, result_id: str) -> TaskResult:
+    def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         """The task's current state, read from its job row."""
         try:
             job_id = uuid.UUID(str(result_id))
@@ -155,9 +157,11 @@ class DurableJobsBackend(BaseTaskBackend):
             )
         return build_result(job, task, self.alias)
 
-    def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         """E101-E106: queue names, ``OPTIONS`` and the app being installed."""
-        yield from super().check(**kwargs)
+        return [*super().check(**kwargs), *self._own_checks()]
+
+    def _own_checks(self) -> Iterator[checks.CheckMessage]:
         if not apps.is_installed("django_durable_jobs"):
             yield checks.Error(
                 E105.format(alias=self.alias),
@@ -206,7 +210,7 @@ class DurableJobsBackend(BaseTaskBackend):
                     id="durable_jobs.E106",
                 )
 
-    def _check_importable(self, task: Task) -> None:
+    def _check_importable(self, task: Task[Any, Any]) -> None:
         # The worker finds the task by importing its module path: a Task
         # bound to another name (``add = task(_add)``) would never run.
         try:

@@ -92,7 +92,7 @@ def _durable_backend(alias: str) -> BaseTaskBackend | None:
     return backend if isinstance(backend, DurableJobsBackend) else None
 
 
-def run_task(task: Task, backend: BaseTaskBackend, ctx: JobContext) -> dict[str, Any]:
+def run_task(task: Task[Any, Any], backend: BaseTaskBackend, ctx: JobContext) -> dict[str, Any]:
     """Run one attempt of ``task`` for the job ``ctx`` describes.
 
     Sends ``task_started`` before the call and ``task_finished`` once the

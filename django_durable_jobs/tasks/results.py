@@ -90,7 +90,7 @@ def _same_types(stored: Any, given: Any) -> bool:
     return True
 
 
-def resolve_task(module_path: str) -> Task | None:
+def resolve_task(module_path: str) -> Task[Any, Any] | None:
     """The ``Task`` object a job type names, or ``None`` if it names none."""
     try:
         found = import_string(module_path)
@@ -99,7 +99,7 @@ def resolve_task(module_path: str) -> Task | None:
     return found if isinstance(found, Task) else None
 
 
-def task_for_job(task: Task, job: Job, alias: str) -> Task:
+def task_for_job(task: Task[Any, Any], job: Job, alias: str) -> Task[Any, Any]:
     """``task`` with the queue, priority and backend its job was enqueued with."""
     changes: dict[str, Any] = {}
     if task.queue_name != job.queue:
@@ -148,11 +148,11 @@ def task_errors(job: Job) -> list[TaskError]:
     ]
 
 
-def build_result(job: Job, task: Task, alias: str) -> TaskResult:
+def build_result(job: Job, task: Task[Any, Any], alias: str) -> TaskResult[Any, Any]:
     """The ``TaskResult`` that ``job`` (a row our backend wrote) reads as."""
     status = STATUS_MAP[job.status]
     started_at: datetime | None = job.started_at
-    result = TaskResult(
+    result: TaskResult[Any, Any] = TaskResult(
         task=task_for_job(task, job, alias),
         id=str(job.pk),
         status=status,
@@ -172,7 +172,7 @@ def build_result(job: Job, task: Task, alias: str) -> TaskResult:
     return result
 
 
-def mark_finished(result: TaskResult, status: TaskResultStatus, **changes: Any) -> None:
+def mark_finished(result: TaskResult[Any, Any], status: TaskResultStatus, **changes: Any) -> None:
     """Update the in-memory ``result`` the worker sends with ``task_finished``."""
     object.__setattr__(result, "status", status)
     object.__setattr__(result, "finished_at", timezone.now())
@@ -189,7 +189,7 @@ def task_error(exc: BaseException) -> TaskError:
     )
 
 
-def send_signal(signal: Signal, sender: type, task_result: TaskResult) -> None:
+def send_signal(signal: Signal, sender: type, task_result: TaskResult[Any, Any]) -> None:
     """Send a task signal to every receiver; log, never raise, a receiver's error.
 
     When a signal is sent the task is already stored (enqueued) or has
