@@ -178,7 +178,9 @@ def test_after_a_long_downtime_skip_enqueues_nothing_until_the_next_tick() -> No
 
 
 def test_a_pruned_ticks_job_is_not_enqueued_again() -> None:
-    now = timezone.now()
+    # Ten seconds into a minute (the last one): a second later is the same tick,
+    # whenever the test runs (timezone.now() at :59 would cross into a new one).
+    now = timezone.now().replace(second=10, microsecond=0) - timedelta(minutes=1)
     scheduler(EVERY_MINUTE).run_once(now)
     Job.objects.all().delete()  # retention pruned it (or an operator deleted it)
     # A fresh worker (nothing in memory) at the same moment: the state row remembers.
