@@ -148,10 +148,14 @@ def claimed_job(
 
 
 def make_job(
-    type: str = "tests.record", payload: dict[str, Any] | None = None, **fields: Any
+    type: str = "tests.record",
+    payload: dict[str, Any] | None = None,
+    *,
+    queue: str = "default",
+    **fields: Any,
 ) -> Job:
     """Enqueue a job, then set ``fields`` on its row directly (a status, a timestamp...)."""
-    job = enqueue(type, payload or {}).job
+    job = enqueue(type, payload or {}, queue=queue).job
     if fields:
         Job.objects.filter(pk=job.pk).update(**fields)
         job.refresh_from_db()
