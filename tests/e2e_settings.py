@@ -6,6 +6,8 @@ at the test database that pytest-django created.
 
 from __future__ import annotations
 
+import os
+
 from example_project.settings import *  # noqa: F403
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]  # noqa: F405
@@ -16,6 +18,10 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
-        "django_durable_jobs": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+        "django_durable_jobs": {
+            "handlers": ["console"],
+            "level": os.environ.get("E2E_LOG_LEVEL", "WARNING"),
+            "propagate": False,
+        },
     },
 }

@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -47,7 +46,13 @@ def test_two_workers_enqueue_one_job_per_tick_and_survive_either_stopping(
     # Both are up once each has claimed: wait for the first ticks rather than
     # guess how long Django takes to start on a busy machine.
     wait_for(lambda: len(tick_times()) >= 2, 90, "the first ticks")
-    time.sleep(7)
+    # Side by side for a few ticks (each tick a race between them).
+    side_by_side_from = tick_times()[-1]
+    wait_for(
+        lambda: tick_times()[-1] >= side_by_side_from + 3 * TICK,
+        60,
+        "three more ticks with both workers",
+    )
     # No leader: stop one worker, the other keeps enqueueing every tick.
     first.send_signal(signal.SIGTERM)
     assert first.wait(30) == 0, scheduling_workers.output()
@@ -84,8 +89,15 @@ def test_a_no_schedules_worker_enqueues_no_tick(scheduling_workers: Workers) -> 
         90,
         "the worker to run a job",
     )
-    # Up and running: a scheduling worker would enqueue a tick every 2 s.
-    time.sleep(5)
+    # Up and running: a scheduling worker would enqueue a tick every 2 s. A
+    # job due 5 s from now (the database's clock), run by this worker: it
+    # served through two ticks and more.
+    later = enqueue("example.noop", delay=5).job
+    wait_for(
+        lambda: Job.objects.filter(pk=later.pk, status=JobStatus.COMPLETED).exists(),
+        60,
+        "the worker to run the delayed job",
+    )
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == 0, scheduling_workers.output()
     assert not Job.objects.filter(type="example.tick").exists()

@@ -12,10 +12,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from django.db.models import Count
+from django.db.models import Count, Q
+from django.db.models.functions import Now
 
 from django_durable_jobs import enqueue, enqueue_many
 from django_durable_jobs.models import Job, JobStatus
+from tests.factories import wait_until
 from tests.testapp.models import Execution
 
 from .conftest import MANAGE, ROOT, test_database_url
@@ -68,12 +70,8 @@ def workers(tmp_path: Path) -> Iterator[Workers]:
         running.close()
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
+    wait_until(condition, timeout, what, interval=0.05)
 
 
 def test_four_workers_drain_10000_jobs_each_exactly_once(workers: Workers) -> None:
@@ -120,7 +118,16 @@ def test_a_job_that_kills_its_worker_every_time_ends_dead(workers: Workers) -> N
         job.refresh_from_db()
         if job.status == JobStatus.DEAD:
             break
-        time.sleep(0.6)  # let the lease expire before the next worker reaps it
+        # Let the lease expire (the database's clock) before the next worker reaps it.
+        wait_for(
+            lambda: (
+                Job.objects.filter(pk=job.pk)
+                .filter(~Q(status=JobStatus.RUNNING) | Q(lease_expires_at__lt=Now()))
+                .exists()
+            ),
+            30,
+            "the crashed worker's lease to expire",
+        )
     assert job.status == JobStatus.DEAD, workers.output()
     assert job.attempts == 2
     assert Execution.objects.filter(job_id=job.pk).count() == 2
@@ -139,29 +146,29 @@ def test_sigterm_lets_in_flight_jobs_finish(workers: Workers) -> None:
 
 
 def test_sigint_at_the_deadline_releases_the_job_uncounted(workers: Workers) -> None:
-    job = enqueue("tests.record", {"sleep": 60}).job
+    job = enqueue("tests.record", {"sleep": 120}).job
     proc = workers.start("--grace-period", "1")
     wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists(), 20, "the job to start")
-    started = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(15) == 0, workers.output()
-    assert time.monotonic() - started < 8
+    # Exits (cleanly) long before the 120 s job could end: it did not wait for it.
+    assert proc.wait(60) == 0, workers.output()
     job.refresh_from_db()
     assert (job.status, job.attempts) == (JobStatus.PENDING, 0)
     assert job.lease_holder is None and job.lease_token is None
 
 
 def test_a_second_signal_exits_at_once(workers: Workers) -> None:
-    job = enqueue("tests.record", {"sleep": 60}).job
-    proc = workers.start("--grace-period", "60")
+    workers.env["E2E_LOG_LEVEL"] = "INFO"
+    job = enqueue("tests.record", {"sleep": 120}).job
+    proc = workers.start("--grace-period", "120")
     wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists(), 20, "the job to start")
     proc.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
-    assert proc.poll() is None  # still in its grace period
-    started = time.monotonic()
+    # The first signal was handled: the worker waits in its grace period.
+    wait_for(lambda: "Waiting up to 120" in workers.output(), 30, "the grace period")
+    assert proc.poll() is None, workers.output()
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(10) == 1, workers.output()
-    assert time.monotonic() - started < 5
+    # Code 1 (forced), long before the grace period or the job could end.
+    assert proc.wait(60) == 1, workers.output()
     job.refresh_from_db()
     # Best effort: given back before exiting.
     assert (job.status, job.attempts) == (JobStatus.PENDING, 0)
@@ -181,7 +188,7 @@ def test_a_notification_starts_a_job_on_an_idle_worker_within_100ms(workers: Wor
     wait_for(lambda: Execution.objects.exists(), 30, "the worker to start")
     waits = []
     for _ in range(7):
-        time.sleep(0.3)  # idle, far from its next poll
+        time.sleep(0.3)  # pacing, not a wait: the worker idles, far from its next poll
         job = enqueue("tests.record").job
         wait_for(
             lambda job=job: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED,
@@ -192,8 +199,11 @@ def test_a_notification_starts_a_job_on_an_idle_worker_within_100ms(workers: Wor
         waits.append((job.started_at - job.created_at).total_seconds())
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 0
+    # The database's timestamps. A missed notification waits for the poll
+    # (up to 5 s); the median is what the docs promise, the max leaves room
+    # for one start delayed by a busy machine.
     assert statistics.median(waits) < 0.1, waits
-    assert max(waits) < 0.5, waits
+    assert max(waits) < 2.0, waits
 
 
 def test_bad_flags_are_clear_errors_without_a_traceback(workers: Workers) -> None:
@@ -248,9 +258,9 @@ def test_the_worker_survives_the_database_going_away_and_coming_back(
     )
 
     proxy.cut()
-    outage = time.monotonic()
     during = enqueue("tests.record").job  # straight to the database, not via the proxy
-    time.sleep(4)
+    wait_for(lambda: "Claim failed" in workers.output(), 30, "the worker to see the outage")
+    time.sleep(4)  # the scenario, not a wait: the database stays away for 4 s
     assert proc.poll() is None, workers.output()  # still alive
     assert Job.objects.get(pk=during.pk).status == JobStatus.PENDING
 
@@ -266,4 +276,3 @@ def test_the_worker_survives_the_database_going_away_and_coming_back(
     assert "Claim failed" in output
     # Backoff, not a spin: a handful of attempts in the 4 s outage.
     assert output.count("Claim failed") <= 8, output
-    assert time.monotonic() - outage < 60

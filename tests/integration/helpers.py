@@ -9,6 +9,8 @@ from typing import Any, TypeVar
 import psycopg
 from django.db import connection, connections
 
+from tests.factories import WAIT_SECONDS, wait_until
+
 T = TypeVar("T")
 
 
@@ -49,3 +51,22 @@ def run_in_threads(count: int, target: Callable[[int], T], timeout: float = 60) 
     if errors:
         raise errors[0]
     return results
+
+
+def wait_for_lock_waiters(count: int = 1, timeout: float = WAIT_SECONDS) -> None:
+    """Until ``count`` sessions on the test database wait on a lock (a row, a key, a transaction).
+
+    The positive event a "the second caller blocks" test needs, instead of
+    sleeping and hoping the other thread got there. Asked on a connection
+    of its own: inside a transaction PostgreSQL keeps showing the first look.
+    """
+    with new_connection() as conn:
+
+        def waiting() -> bool:
+            (row,) = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchall()
+            return bool(row[0] >= count)
+
+        wait_until(waiting, timeout, f"{count} session(s) to wait on a lock")

@@ -28,6 +28,7 @@ from django_durable_jobs import enqueue, enqueue_many
 from django_durable_jobs.api.errors import PayloadTooLarge
 from django_durable_jobs.api.parsers import BoundedJSONParser
 from django_durable_jobs.models import Job, JobStatus
+from tests.factories import make_job
 
 from .helpers import run_in_threads
 
@@ -76,9 +77,7 @@ def job_body(key: str = "k1", **fields: Any) -> dict[str, Any]:
 
 
 def make(status: str = JobStatus.PENDING, **fields: Any) -> Job:
-    job = enqueue(TYPE, {"made": True}).job
-    Job.objects.filter(pk=job.pk).update(status=status, **fields)
-    return Job.objects.get(pk=job.pk)
+    return make_job(TYPE, {"made": True}, status=status, **fields)
 
 
 def assert_error(response: Any, status: int, error: str) -> dict[str, Any]:

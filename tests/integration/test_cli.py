@@ -13,18 +13,17 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from django_durable_jobs import enqueue
 from django_durable_jobs.management.commands import jobs as jobs_command
 from django_durable_jobs.models import Job, JobStatus
+from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def make(status: str = JobStatus.PENDING, job_type: str = "tests.cli", **fields: Any) -> Job:
-    job = enqueue(job_type, queue=fields.pop("queue", "default")).job
-    if status != JobStatus.PENDING or fields:
-        Job.objects.filter(pk=job.pk).update(status=status, **fields)
-    return Job.objects.get(pk=job.pk)
+    if status != JobStatus.PENDING:
+        fields["status"] = status
+    return make_job(job_type, queue=fields.pop("queue", "default"), **fields)
 
 
 def run(*args: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable
 
@@ -14,6 +13,9 @@ from prometheus_client import REGISTRY
 from django_durable_jobs import enqueue_many
 from django_durable_jobs.models import Job, JobStatus, WorkerProcess
 from django_durable_jobs.worker import Worker, WorkerConfig
+from tests.factories import RunningWorker, handler_threads, join_handler_threads, worker_config
+from tests.factories import wait_until as wait_for
+from tests.testapp.jobs import gate
 from tests.testapp.models import Execution
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,22 +24,22 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def config(**overrides: object) -> WorkerConfig:
     values: dict[str, object] = {
         "burst": False,
+        "concurrency": 8,
         "poll_interval": 0.1,
         "lease_seconds": 3.0,
         "grace_period": 10.0,
-        "install_signal_handlers": False,
         "worker_id": f"pool-{uuid.uuid4().hex[:6]}",
         "scale_down_after": 1.0,
     }
-    values.update(overrides)
-    return WorkerConfig(**values)  # type: ignore[arg-type]
+    return worker_config(**{**values, **overrides})
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+def gated(count: int, name: str, queue: str = "default") -> list[uuid.UUID]:
+    """Jobs that run until the gate ``name`` opens."""
+    results = enqueue_many(
+        [{"type": "tests.gated", "queue": queue, "payload": {"gate": name}}] * count
+    )
+    return [result.job.pk for result in results]
 
 
 def backlog(count: int, sleep: float, queue: str = "default") -> list[uuid.UUID]:
@@ -54,31 +56,17 @@ def assert_each_ran_exactly_once(ids: list[uuid.UUID]) -> None:
     assert sorted(r["n"] for r in runs) == [1] * len(ids)
 
 
-def handler_threads() -> int:
-    return sum(1 for t in threading.enumerate() if t.name.startswith("durable-jobs-handler-"))
-
-
 def gauge() -> float | None:
     return REGISTRY.get_sample_value("durable_jobs_worker_slots")
 
 
-class Running:
+class Running(RunningWorker):
     """A Worker on a thread of its own; stopped (gracefully) at the end."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.exit_code: int | None = None
-        self.thread = threading.Thread(target=self._run)
-        self.thread.start()
-
-    def _run(self) -> None:
-        self.exit_code = self.worker.run()
-
-    def stop(self) -> None:
-        self.worker.stop()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
-        assert self.exit_code == 0
+    def stop(self, timeout: float = 30) -> int | None:
+        code = super().stop(timeout)
+        assert code == 0
+        return code
 
 
 @pytest.fixture
@@ -107,15 +95,19 @@ def test_the_pool_grows_under_a_backlog_and_shrinks_when_idle(
     wait_for(lambda: worker.slots == 8, 20, "the pool to grow to 8")
     assert gauge() == 8
     peak = 0
-    while Job.objects.filter(pk__in=ids, status=JobStatus.COMPLETED).count() < len(ids):
+
+    def sampled_until_done() -> bool:
+        nonlocal peak
         assert worker.slots <= 8
-        peak = max(peak, handler_threads() - threads_before)
-        time.sleep(0.05)
+        peak = max(peak, len(handler_threads() - threads_before))
+        return Job.objects.filter(pk__in=ids, status=JobStatus.COMPLETED).count() == len(ids)
+
+    wait_for(sampled_until_done, 60, "the backlog", interval=0.05)
     assert peak <= 8
     # Quiet for scale_down_after (1 s): back to the minimum, threads stopped.
     wait_for(lambda: worker.slots == 2, 15, "the pool to shrink to 2")
     assert gauge() == 2
-    wait_for(lambda: handler_threads() - threads_before == 2, 10, "idle threads to exit")
+    wait_for(lambda: len(handler_threads() - threads_before) == 2, 10, "idle threads to exit")
     # The workers table shows the current size from the next heartbeat (every 1 s).
     wait_for(
         lambda: WorkerProcess.objects.filter(id=worker.config.worker_id, concurrency=2).exists(),
@@ -134,29 +126,37 @@ def test_the_pool_grows_under_a_backlog_and_shrinks_when_idle(
     assert_each_ran_exactly_once(ids + more)
     assert max(Job.objects.get(pk=pk).result["concurrent"] for pk in ids) <= 8
     assert gauge() == 0
-    wait_for(lambda: handler_threads() == threads_before, 10, "every handler thread to exit")
+    join_handler_threads(10, besides=threads_before)
 
 
 def test_a_busy_slot_is_never_stopped_a_job_runs_to_its_end(
     running: Callable[[Worker], Running],
 ) -> None:
-    long = backlog(2, 4.0, queue="default")
+    name = f"long-{uuid.uuid4().hex}"
+    long = gated(2, name)
     Job.objects.filter(pk__in=long).update(priority=1)  # claimed first
     short = backlog(6, 0.3)
     worker = Worker(config(concurrency=1, max_concurrency=4))
-    running(worker)
-    wait_for(lambda: worker.slots == 4, 20, "the pool to grow to 4")
-    wait_for(
-        lambda: Job.objects.filter(pk__in=short, status=JobStatus.COMPLETED).count() == 6,
-        20,
-        "the short jobs",
-    )
-    # The long jobs still run: the pool shrinks around them, to the two slots
-    # they use, not to its minimum of one.
-    wait_for(lambda: worker.slots == 2, 10, "the pool to shrink to 2")
-    assert Job.objects.filter(pk__in=long, status=JobStatus.RUNNING).count() == 2
-    time.sleep(1.2)  # another quiet period: still two busy slots
-    assert worker.slots == 2
+    try:
+        running(worker)
+        wait_for(lambda: worker.slots == 4, 20, "the pool to grow to 4")
+        wait_for(
+            lambda: Job.objects.filter(pk__in=short, status=JobStatus.COMPLETED).count() == 6,
+            20,
+            "the short jobs",
+        )
+        # The long jobs run until their gate opens: the pool shrinks around
+        # them, to the two slots they use, not to its minimum of one.
+        wait_for(lambda: worker.slots == 2, 10, "the pool to shrink to 2")
+        assert Job.objects.filter(pk__in=long, status=JobStatus.RUNNING).count() == 2
+        # Another quiet period: the group looks again (a new window starts,
+        # or it shrinks), and keeps its two busy slots.
+        (group,) = worker._groups
+        window = group.next_shrink_at()
+        wait_for(lambda: group.next_shrink_at() != window, 15, "another quiet period")
+        assert worker.slots == 2
+    finally:
+        gate(name).set()
     wait_for(
         lambda: Job.objects.filter(pk__in=long, status=JobStatus.COMPLETED).count() == 2,
         20,
@@ -170,24 +170,29 @@ def test_shutdown_drains_a_grown_pool_and_releases_what_is_left(
     running: Callable[[Worker], Running],
 ) -> None:
     threads_before = handler_threads()
-    slow = backlog(6, 4.0)
+    name = f"slow-{uuid.uuid4().hex}"
+    slow = gated(6, name)
     quick = backlog(6, 0.2)
     worker = Worker(config(concurrency=2, max_concurrency=12, grace_period=0.5))
-    run = running(worker)
-    wait_for(lambda: Execution.objects.filter(job_id__in=slow).count() == 6, 30, "all to start")
-    wait_for(
-        lambda: Job.objects.filter(pk__in=quick, status=JobStatus.COMPLETED).count() == 6,
-        30,
-        "the quick jobs",
-    )
-    assert worker.slots >= 6
-    run.stop()
-    # The slow jobs outlived the grace period: given back, attempt not counted.
-    assert Job.objects.filter(pk__in=slow, status=JobStatus.PENDING, attempts=0).count() == 6
-    assert not Job.objects.filter(status=JobStatus.RUNNING).exists()
-    assert_each_ran_exactly_once(quick)
-    # The abandoned handlers end with their sleep; their late outcomes are dropped.
-    wait_for(lambda: handler_threads() == threads_before, 15, "the handler threads to exit")
+    try:
+        run = running(worker)
+        wait_for(lambda: Execution.objects.filter(job_id__in=slow).count() == 6, 30, "all to start")
+        wait_for(
+            lambda: Job.objects.filter(pk__in=quick, status=JobStatus.COMPLETED).count() == 6,
+            30,
+            "the quick jobs",
+        )
+        assert worker.slots >= 6
+        run.stop()
+        # The slow jobs outlived the grace period: given back, attempt not counted.
+        assert Job.objects.filter(pk__in=slow, status=JobStatus.PENDING, attempts=0).count() == 6
+        assert not Job.objects.filter(status=JobStatus.RUNNING).exists()
+        assert_each_ran_exactly_once(quick)
+    finally:
+        gate(name).set()
+    # The abandoned handlers end when their gate opens; once their threads
+    # have exited, their late outcomes have been dropped.
+    join_handler_threads(15, besides=threads_before)
     assert Job.objects.filter(pk__in=slow, status=JobStatus.PENDING, attempts=0).count() == 6
 
 
@@ -212,9 +217,12 @@ def test_a_fixed_pool_never_changes_size(running: Callable[[Worker], Running]) -
     worker = Worker(config(concurrency=3))
     running(worker)
     sizes = set()
-    while Job.objects.filter(pk__in=ids, status=JobStatus.COMPLETED).count() < 16:
+
+    def sampled_until_done() -> bool:
         sizes.add(worker.slots)
-        time.sleep(0.02)
+        return Job.objects.filter(pk__in=ids, status=JobStatus.COMPLETED).count() == 16
+
+    wait_for(sampled_until_done, 30, "the jobs")
     assert sizes == {3}
 
 

@@ -12,8 +12,7 @@ from django.utils import timezone
 from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job, WorkerProcess
 from django_durable_jobs.worker import Worker
-
-from .test_worker import config
+from tests.factories import worker_config as config
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

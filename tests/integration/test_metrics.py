@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from datetime import datetime, timedelta
@@ -29,15 +28,18 @@ from django_durable_jobs.models import Job, JobStatus, ScheduleState
 from django_durable_jobs.schedules import find_schedule, load_schedules
 from django_durable_jobs.worker import Worker
 from django_durable_jobs.worker.scheduler import Scheduler
-
-from .test_worker import (  # noqa: F401  (fast_backoff: the fixture)
+from tests.factories import (
+    RunningWorker,
     claim_directly,
-    config,
-    drain_until_settled,
     expire,
-    fast_backoff,
+    handler_threads,
+    join_handler_threads,
     reaper,
+    wait_until,
 )
+from tests.factories import worker_config as config
+
+from .test_worker import drain_until_settled, fast_backoff  # noqa: F401  (fast_backoff: the fixture)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fast_backoff")]
 
@@ -119,17 +121,14 @@ def test_a_handler_exiting_leaves_nothing_in_flight_and_counts_no_attempt(queue:
 
 def test_shutdown_release_takes_the_job_out_of_flight(queue: str) -> None:
     enqueue("tests.record", {"sleep": 1.0}, queue=queue)
-    worker = Worker(config(burst=False, grace_period=0.0, queues=frozenset({queue})))
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while value(scrape(), "durable_jobs_in_flight", queue=queue) != 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    worker.stop()
-    thread.join(10)
+    others = handler_threads()
+    running = RunningWorker(config(burst=False, grace_period=0.0, queues=frozenset({queue})))
+    wait_until(lambda: value(scrape(), "durable_jobs_in_flight", queue=queue) == 1)
+    running.stop()
     assert value(scrape(), "durable_jobs_in_flight", queue=queue) == 0
-    time.sleep(1.2)  # the handler returns after the release: still nothing counted
+    # The handler returns after the release; once its thread has exited,
+    # whatever it would count is counted: still nothing.
+    join_handler_threads(besides=others)
     s = scrape()
     assert value(s, "durable_jobs_in_flight", queue=queue) == 0
     assert (
@@ -143,24 +142,17 @@ def test_shutdown_release_takes_the_job_out_of_flight(queue: str) -> None:
 def test_reaped_leases_are_counted() -> None:
     before = value(scrape(), "durable_jobs_reaped_total")
     enqueue("tests.record")
-    job_id, _ = claim_directly("gone-worker")
-    expire(job_id)
+    expire(claim_directly("gone-worker").id)
     assert reaper().reap() == 1
     assert value(scrape(), "durable_jobs_reaped_total") - before == 1
 
 
 def test_worker_slots_is_the_concurrency_while_running(queue: str) -> None:
-    worker = Worker(config(burst=False, concurrency=3, queues=frozenset({queue})))
-    thread = threading.Thread(target=worker.run)
-    thread.start()
+    running = RunningWorker(config(burst=False, concurrency=3, queues=frozenset({queue})))
     try:
-        deadline = time.monotonic() + 10
-        while value(scrape(), "durable_jobs_worker_slots") != 3:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(lambda: value(scrape(), "durable_jobs_worker_slots") == 3)
     finally:
-        worker.stop()
-        thread.join(10)
+        running.stop()
     assert value(scrape(), "durable_jobs_worker_slots") == 0
 
 
@@ -350,25 +342,18 @@ def test_an_outcome_that_cannot_be_written_is_counted_once_and_as_unrecorded(
 ) -> None:
     job = enqueue("tests.record", {"sleep": 0.5}, queue=queue).job
     before = value(scrape(), "durable_jobs_outcomes_unrecorded_total")
-    worker = Worker(config(burst=False, lease_seconds=30.0, queues=frozenset({queue})))
-    thread = threading.Thread(target=worker.run)
-    thread.start()
+    running = RunningWorker(config(burst=False, lease_seconds=30.0, queues=frozenset({queue})))
+    worker = running.worker
     try:
-        deadline = time.monotonic() + 10
-        while value(scrape(), "durable_jobs_in_flight", queue=queue) != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(lambda: value(scrape(), "durable_jobs_in_flight", queue=queue) == 1)
         # Another worker took the job over meanwhile: this worker's write is fenced out.
         Job.objects.filter(pk=job.pk).update(lease_token=uuid.uuid4())
         processed = "durable_jobs_processed_total"
         labels = {"queue": queue, "type": "tests.record", "result": "completed"}
-        while value(scrape(), processed, **labels) != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(lambda: value(scrape(), processed, **labels) == 1)
         assert worker.completer.flush(10)
     finally:
-        worker.stop()
-        thread.join(10)
+        running.stop()
     s = scrape()
     assert value(s, processed, **labels) == 1
     assert value(s, "durable_jobs_outcomes_unrecorded_total") - before == 1

@@ -7,6 +7,7 @@ import pytest
 from django_durable_jobs import enqueue, operations
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.operations import JobStateError
+from tests.factories import make_job
 
 from .helpers import new_connection
 
@@ -14,9 +15,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def make(status: str, **fields: object) -> Job:
-    job = enqueue("tests.ops").job
-    Job.objects.filter(pk=job.pk).update(status=status, **fields)
-    return Job.objects.get(pk=job.pk)
+    return make_job("tests.ops", status=status, **fields)
 
 
 def test_requeue_resets_a_dead_job_and_keeps_its_history() -> None:

@@ -12,13 +12,14 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from django_durable_jobs import db, enqueue, pruning
+from django_durable_jobs import db, pruning
 from django_durable_jobs.checks import check_settings
 from django_durable_jobs.constants import FINISHED_INDEX
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.sql import QUERIES
 from django_durable_jobs.worker import maintenance as maintenance_module
 from django_durable_jobs.worker.maintenance import PRUNER_LOCK_KEY, Maintenance
+from tests.factories import make_job, wait_until
 
 from .helpers import new_connection
 
@@ -26,9 +27,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def make(status: str, age: timedelta, **fields: Any) -> Job:
-    job = enqueue("tests.prune").job
-    Job.objects.filter(pk=job.pk).update(status=status, completed_at=timezone.now() - age, **fields)
-    return job
+    return make_job("tests.prune", status=status, completed_at=timezone.now() - age, **fields)
 
 
 def maintenance() -> Maintenance:
@@ -147,7 +146,7 @@ def test_prune_is_served_by_the_finished_index() -> None:
             """
         )
         cursor.execute("ANALYZE durable_jobs_job")
-    # Bound as db.execute binds it (server-side, binary), so the planner
+    # Bound as the gateway binds it (server-side, binary), so the planner
     # sees the parameters the way production queries pass them.
     server = db._cursor(connection)
     server.execute(
@@ -196,9 +195,7 @@ def test_the_maintenance_thread_prunes_on_its_schedule() -> None:
     worker.prune_interval = 0.05
     worker.start()
     try:
-        deadline = time.monotonic() + 10
-        while Job.objects.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not Job.objects.exists(), what="the round to prune the old job")
     finally:
         worker.stop()
     assert not Job.objects.exists()

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
@@ -21,6 +18,8 @@ from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.sql import QUERIES
 from django_durable_jobs.worker import Worker, WorkerConfig
 from django_durable_jobs.worker.pool import Slots
+from tests.factories import RunningWorker, wait_until, worker_config
+from tests.testapp.jobs import gate
 from tests.testapp.models import Execution
 
 from .test_claim_plan import big_table, explain  # noqa: F401  (a fixture, used by name)
@@ -30,15 +29,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def config(**overrides: object) -> WorkerConfig:
     values: dict[str, object] = {
-        "burst": True,
-        "poll_interval": 0.05,
+        "concurrency": 8,
         "lease_seconds": 10.0,
-        "grace_period": 5.0,
-        "install_signal_handlers": False,
         "worker_id": f"slots-{uuid.uuid4().hex[:6]}",
     }
-    values.update(overrides)
-    return WorkerConfig(**values)  # type: ignore[arg-type]
+    return worker_config(**{**values, **overrides})
 
 
 def backlog(queue: str, count: int, sleep: float) -> list[uuid.UUID]:
@@ -64,13 +59,6 @@ def assert_each_ran_exactly_once(ids: list[uuid.UUID]) -> None:
     assert sorted(r["n"] for r in runs) == [1] * len(ids)
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-
-
 def test_no_queue_ever_runs_more_jobs_than_its_slots() -> None:
     ids = backlog("emails", 12, 0.15) + backlog("default", 15, 0.15)
     worker = Worker(config(queue_slots={"emails": 2, "default": 3}))
@@ -83,25 +71,27 @@ def test_no_queue_ever_runs_more_jobs_than_its_slots() -> None:
 
 
 def test_a_queue_makes_progress_while_another_is_saturated_with_slow_jobs() -> None:
-    slow = backlog("webhooks", 6, 3.0)
-    worker = Worker(config(queue_slots={"webhooks": 2, "emails": 2}, burst=False))
-    thread = threading.Thread(target=worker.run)
-    thread.start()
+    name = f"webhooks-{uuid.uuid4().hex}"
+    slow = [
+        result.job.pk
+        for result in enqueue_many(
+            [{"type": "tests.gated", "queue": "webhooks", "payload": {"gate": name}}] * 6
+        )
+    ]
+    running = RunningWorker(config(queue_slots={"webhooks": 2, "emails": 2}, burst=False))
     try:
-        wait_for(lambda: Execution.objects.filter(job_id__in=slow).count() == 2)
-        # Both webhook slots are busy for 3 s, four more webhooks wait; emails
-        # enqueued now run at once in their own slots.
-        started = time.monotonic()
+        wait_until(lambda: Execution.objects.filter(job_id__in=slow).count() == 2)
+        # Both webhook slots are busy until the gate opens, four more webhooks
+        # wait; emails enqueued now run all the same, in their own slots.
         fast = backlog("emails", 10, 0.0)
-        wait_for(lambda: Job.objects.filter(pk__in=fast, status=JobStatus.COMPLETED).count() == 10)
-        assert time.monotonic() - started < 2.5
+        done = Job.objects.filter(pk__in=fast, status=JobStatus.COMPLETED)
+        wait_until(lambda: done.count() == 10, what="the emails")
         # The webhooks never took more than their two slots meanwhile.
-        assert Job.objects.filter(pk__in=slow, status=JobStatus.RUNNING).count() <= 2
-        assert Job.objects.filter(pk__in=slow, status=JobStatus.COMPLETED).count() == 0
+        assert Execution.objects.filter(job_id__in=slow).count() == 2
+        assert Job.objects.filter(pk__in=slow, status=JobStatus.RUNNING).count() == 2
     finally:
-        worker.stop()
-        thread.join(30)
-    assert not thread.is_alive()
+        gate(name).set()
+        running.stop()
     assert_each_ran_exactly_once(fast)
     assert peak("emails") <= 2
     # Shutdown let the two running webhooks finish or gave them back: none is left running.

@@ -6,8 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import threading
-import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from io import StringIO
@@ -27,6 +26,7 @@ from django_durable_jobs.models import Job, JobStatus, ScheduleState
 from django_durable_jobs.schedules import MISSED_TICK_GRACE, Schedule, tick_from_key
 from django_durable_jobs.worker import Worker, WorkerConfig
 from django_durable_jobs.worker.scheduler import Scheduler
+from tests.factories import run_worker_until, wait_until
 
 from .helpers import run_in_threads
 from .test_api import SLASHES, Api, assert_error, make_user
@@ -284,24 +284,20 @@ def every_second(clean_registry: None) -> None:
         return {"tick": str(tick_from_key(ctx.idempotency_key))}
 
 
-def run_worker(seconds: float, **options: Any) -> Worker:
-    worker = Worker(
-        WorkerConfig(concurrency=2, poll_interval=0.2, install_signal_handlers=False, **options)
-    )
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    time.sleep(seconds)
-    worker.stop()
-    thread.join(30)
-    assert not thread.is_alive()
-    return worker
+def run_worker(until: Callable[[], object], what: str, **options: Any) -> Worker:
+    """A worker (with its scheduler thread, unless told otherwise) until ``until`` holds."""
+    return run_worker_until(until, 60, what, concurrency=2, poll_interval=0.2, **options)
 
 
 def test_a_worker_enqueues_and_runs_each_tick(
     every_second: None, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="django_durable_jobs.worker")
-    run_worker(5)
+    ticks = Job.objects.filter(type="tests.sched_tick")
+    run_worker(
+        lambda: ticks.count() >= 3 and ticks.filter(status=JobStatus.COMPLETED).exists(),
+        "three ticks enqueued and one run",
+    )
     jobs = list(Job.objects.filter(type="tests.sched_tick").order_by("available_at"))
     ticks = [j.available_at for j in jobs]
     assert len(ticks) >= 3
@@ -322,7 +318,14 @@ def test_a_worker_enqueues_and_runs_each_tick(
 
 
 def test_no_schedules_and_burst_workers_enqueue_no_tick(every_second: None) -> None:
-    worker = run_worker(2.5, schedules=False)
+    # A job due 2.5 s from now (the database's clock), run by the worker: it
+    # served through two ticks and more; a scheduling worker would have enqueued them.
+    probe = enqueue("tests.record", delay=2.5).job
+    worker = run_worker(
+        lambda: Job.objects.filter(pk=probe.pk, status=JobStatus.COMPLETED).exists(),
+        "the delayed probe",
+        schedules=False,
+    )
     assert worker.scheduler is None
     burst = Worker(WorkerConfig(burst=True, install_signal_handlers=False))
     assert burst.scheduler is None
@@ -629,9 +632,7 @@ def test_the_scheduler_thread_survives_an_unexpected_error(
     monkeypatch.setattr(runner, "run_once", flaky)
     runner.start()
     try:
-        deadline = time.monotonic() + 20
-        while not Job.objects.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(Job.objects.exists, 30, "the scheduler to enqueue after its error")
     finally:
         runner.stop()
     assert len(calls) >= 2

@@ -8,7 +8,6 @@ Workers run in this process on the test database, hence
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -30,7 +29,9 @@ from django_durable_jobs import IdempotencyConflict, InvalidJob, enqueue
 from django_durable_jobs.backends import DurableJobsBackend, task_options
 from django_durable_jobs.constants import QUEUE_MAX_LENGTH
 from django_durable_jobs.models import Job, JobStatus
-from django_durable_jobs.worker import Worker, WorkerConfig
+from django_durable_jobs.worker import Worker
+from tests.factories import burst as burst_worker
+from tests.factories import handler_threads, join_handler_threads
 from tests.testapp import tasks
 from tests.testapp.models import Execution
 
@@ -51,19 +52,7 @@ def fast_backoff():  # type: ignore[no-untyped-def]
 
 def burst(**overrides: Any) -> Worker:
     """Run one burst worker in this process until nothing runnable is left."""
-    values: dict[str, Any] = {
-        "burst": True,
-        "concurrency": 2,
-        "poll_interval": 0.05,
-        "lease_seconds": 10.0,
-        "grace_period": 5.0,
-        "install_signal_handlers": False,
-        "worker_id": f"test-{uuid.uuid4().hex[:6]}",
-    }
-    values.update(overrides)
-    worker = Worker(WorkerConfig(**values))
-    assert worker.run() == 0
-    return worker
+    return burst_worker(**{"concurrency": 2, "lease_seconds": 10.0, **overrides})
 
 
 def drain(**overrides: Any) -> Worker:
@@ -278,6 +267,7 @@ def test_a_task_failed_at_its_time_limit_sends_task_finished_once() -> None:
     with task_options(max_attempts=1):
         result = tasks.nap.enqueue(1.0)
     limits = {"TIMEOUT_SECONDS": 0.3, "TIMEOUT_GRACE_SECONDS": 30}
+    others = handler_threads()
     with override_settings(DURABLE_JOBS=limits), Signals() as signals:
         burst()
         assert Job.objects.get(pk=result.id).status == JobStatus.DEAD
@@ -285,7 +275,9 @@ def test_a_task_failed_at_its_time_limit_sends_task_finished_once() -> None:
             ("started", TaskResultStatus.RUNNING, 1),
             ("finished", TaskResultStatus.FAILED, 1),
         ]
-        time.sleep(1.2)  # the function returns meanwhile: nothing more is sent
+        # The function returns after the worker stopped; once its thread has
+        # exited, its late outcome has been dropped: nothing more is sent.
+        join_handler_threads(besides=others)
         assert signals.names(result.id)[-1] == ("finished", TaskResultStatus.FAILED, 1)
         assert len(signals.names(result.id)) == 2
     done = tasks.nap.get_result(result.id)
@@ -480,9 +472,10 @@ def test_a_task_time_limit_comes_from_task_options_then_options_then_the_setting
 def test_a_task_timeout_fails_the_attempt_then_retries() -> None:
     with task_options(max_attempts=2, timeout=0.3):
         result = tasks.nap.enqueue(0.6)
+    others = handler_threads()
     with override_settings(DURABLE_JOBS={"TIMEOUT_GRACE_SECONDS": 30}):
         drain()
-    time.sleep(0.8)  # let the last late function return; it changes nothing
+    join_handler_threads(besides=others)  # the last late function returned: it changed nothing
     done = tasks.nap.get_result(result.id)
     assert (done.status, done.attempts) == (TaskResultStatus.FAILED, 2)
     assert [e.exception_class_path for e in done.errors] == [

@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db.models.functions import Now
 from django.test import override_settings
 
-from django_durable_jobs import IdempotencyConflict, InvalidJob, db, enqueue, enqueue_many
+from django_durable_jobs import IdempotencyConflict, InvalidJob, enqueue, enqueue_many
 from django_durable_jobs.models import Job, JobStatus
-from django_durable_jobs.worker import Worker, WorkerConfig
+from django_durable_jobs.worker import WorkerConfig
 from django_durable_jobs.worker.attempts import AttemptTable
 from django_durable_jobs.worker.claimed import ClaimedJob
 from django_durable_jobs.worker.executor import RetryPolicy, timed_out
 from django_durable_jobs.worker.loop import EXIT_OK, EXIT_RECYCLE
 from django_durable_jobs.worker.maintenance import Maintenance
-from django_durable_jobs.worker.outcomes import Outcome, complete
+from django_durable_jobs.worker.outcomes import complete
+from tests.factories import (
+    RunningWorker,
+    claim_directly,
+    finish,
+    join_handler_threads,
+    worker_config,
+)
+from tests.factories import wait_until as wait_for
+from tests.testapp.jobs import gate
 from tests.testapp.models import Execution
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -37,55 +45,23 @@ def fast_backoff() -> Iterator[None]:
 
 def config(**overrides: object) -> WorkerConfig:
     values: dict[str, object] = {
+        "burst": False,
         "concurrency": 2,
-        "poll_interval": 0.05,
-        "lease_seconds": 5.0,
-        "grace_period": 5.0,
-        "install_signal_handlers": False,
         "listen": False,
         "schedules": False,
-        "worker_id": f"test-{uuid.uuid4().hex[:6]}",
     }
-    values.update(overrides)
-    return WorkerConfig(**values)  # type: ignore[arg-type]
+    return worker_config(**{**values, **overrides})
 
 
-class Running:
-    """A non-burst worker on a thread of this process."""
+class Running(RunningWorker):
+    """A non-burst worker on a (daemon) thread of this process."""
 
     def __init__(self, **overrides: object) -> None:
-        self.worker = Worker(config(**overrides))
-        self.exit_code: int | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        self.exit_code = self.worker.run()
-
-    def stop(self, timeout: float = 30) -> int | None:
-        self.worker.stop()
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "the worker did not stop"
-        return self.exit_code
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+        super().__init__(config(**overrides), daemon=True)
 
 
 def finished(job_id: uuid.UUID) -> Callable[[], bool]:
     return lambda: Job.objects.get(pk=job_id).status in (JobStatus.COMPLETED, JobStatus.DEAD)
-
-
-def join_handler_threads(timeout: float) -> None:
-    """Let handler threads still sleeping past a test end before the database is flushed."""
-    for thread in threading.enumerate():
-        if thread.name.startswith("durable-jobs-handler"):
-            thread.join(timeout)
 
 
 # --- enqueue ---------------------------------------------------------------------
@@ -184,7 +160,7 @@ def test_a_spinner_back_within_the_grace_keeps_its_slot_then_serves_the_next_job
         wait_for(finished(spinner.pk), 30, "the spinner to go dead")
         wait_for(finished(after.pk), 30, "the next job on the same slot")
         wait_for(lambda: not running.worker.attempts, 10, "the spinner's thread to return")
-        time.sleep(0.3)  # let any (wrong) late outcome reach the database
+        assert running.worker.completer.flush(10)  # any (wrong) late outcome is written
         assert running.worker.slots == 1
         assert running.worker.watchdog.stuck() == []
     finally:
@@ -215,7 +191,7 @@ def test_the_late_outcome_of_a_timed_out_attempt_is_dropped() -> None:
     try:
         wait_for(finished(job.pk), 30, "the job to go dead")
         wait_for(lambda: not running.worker.attempts, 10, "the sleeping threads to return")
-        time.sleep(0.3)  # let any (wrong) late outcome reach the database
+        assert running.worker.completer.flush(10)  # any (wrong) late outcome is written
     finally:
         assert running.stop() == EXIT_OK
     job.refresh_from_db()
@@ -227,18 +203,18 @@ def test_the_late_outcome_of_a_timed_out_attempt_is_dropped() -> None:
 
 @pytest.mark.usefixtures("fast_backoff")
 def test_a_thread_stuck_in_c_recycles_the_worker_after_its_other_jobs() -> None:
-    stuck = enqueue("tests.sleep_in_c", {"sleep": 6}, timeout=0.3, max_attempts=2, priority=5).job
+    # Blocked in C (a lock's wait) until the test opens its gate.
+    name = f"stuck-{uuid.uuid4().hex}"
+    stuck = enqueue("tests.gated", {"gate": name}, timeout=0.3, max_attempts=2, priority=5).job
     other = enqueue("tests.record", {"sleep": 2}, priority=4).job
     with override_settings(DURABLE_JOBS={**FAST, "TIMEOUT_GRACE_SECONDS": 0.5}):
         running = Running(concurrency=2)
-    started = time.monotonic()
     try:
         running.thread.join(30)
-        elapsed = time.monotonic() - started
+        # It did not wait for the stuck thread (still blocked: its gate is closed)...
         assert not running.thread.is_alive(), "the worker did not recycle"
         assert running.exit_code == EXIT_RECYCLE
-        # It waited for the other job, and did not wait for the stuck thread.
-        assert elapsed < 6
+        # ...and it waited for the other job.
         other_job = Job.objects.get(pk=other.pk)
         assert other_job.status == JobStatus.COMPLETED
         stuck_job = Job.objects.get(pk=stuck.pk)
@@ -246,9 +222,10 @@ def test_a_thread_stuck_in_c_recycles_the_worker_after_its_other_jobs() -> None:
         assert stuck_job.status == JobStatus.PENDING
         assert stuck_job.attempts == 1 and stuck_job.lease_token is None
         assert [e["exception"] for e in stuck_job.errors] == [TIMEOUT_PATH]
-        assert "in sleep_in_c" in stuck_job.errors[0]["traceback"]
+        assert "in gated" in stuck_job.errors[0]["traceback"]
         assert Execution.objects.filter(job_id=other.pk).count() == 1
     finally:
+        gate(name).set()
         if running.thread.is_alive():
             running.stop()
         join_handler_threads(10)
@@ -286,7 +263,7 @@ def test_a_handler_returning_right_at_its_deadline_gets_exactly_one_outcome() ->
             "every job to finish",
         )
         wait_for(lambda: not running.worker.attempts, 10, "the handler threads to return")
-        time.sleep(0.3)
+        assert running.worker.completer.flush(10)  # any (wrong) late outcome is written
     finally:
         assert running.stop() == EXIT_OK
     outcomes = {"completed": 0, "dead": 0}
@@ -307,12 +284,7 @@ def test_a_handler_returning_right_at_its_deadline_gets_exactly_one_outcome() ->
 
 
 def claim_one(worker_id: str = "w-fence", lease: float = 30.0) -> ClaimedJob:
-    (job,) = db.claim("default", worker_id=worker_id, lease_seconds=lease, limit=1)
-    return job
-
-
-def finish(outcome: Outcome) -> set[uuid.UUID]:
-    return db.record_outcomes("default", [outcome], history_limit=20)
+    return claim_directly(worker_id, lease)
 
 
 def test_a_late_outcome_is_fenced_out_by_the_lease_token() -> None:
@@ -320,7 +292,8 @@ def test_a_late_outcome_is_fenced_out_by_the_lease_token() -> None:
     first = claim_one()
     policy = RetryPolicy(base=0.0001, cap=0.0001, jitter=0.0)
     assert finish(timed_out(first, "w-fence", policy, 0.5, 0.5)) == {job.pk}
-    time.sleep(0.01)
+    wait_for(lambda: Job.objects.filter(pk=job.pk, available_at__lte=Now()).exists(), 10,
+             "the retry to fall due (the database's clock)")  # fmt: skip
     second = claim_one()  # the retry, claimed again (a new lease token)
     # The first attempt's handler returns at last, "completed": it matches no row.
     late = complete(first, '{"late":1}')
@@ -363,7 +336,8 @@ def test_heartbeats_stop_extending_a_lease_past_the_deadline() -> None:
     assert lease_expiry(b.id) == before[b.id]
     assert lost == []  # not extended on purpose: not reported as lost
     # So the reaper and the time limit agree: once it expires, it is reaped.
-    time.sleep(1.1)
+    wait_for(lambda: Job.objects.filter(pk=past.pk, lease_expires_at__lt=Now()).exists(), 10,
+             "the lease to expire (the database's clock)")  # fmt: skip
     assert maintenance.reap() == 1
     reaped = Job.objects.get(pk=past.pk)
     assert reaped.status == JobStatus.PENDING and reaped.lease_token is None

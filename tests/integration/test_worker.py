@@ -7,10 +7,8 @@ hence ``transaction=True`` throughout.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import timedelta
 from typing import Any
 from unittest import mock
 
@@ -27,6 +25,18 @@ from django_durable_jobs.worker import Worker, WorkerConfig
 from django_durable_jobs.worker.attempts import State
 from django_durable_jobs.worker.maintenance import REAPER_LOCK_KEY, Maintenance
 from django_durable_jobs.worker.outcomes import release
+from tests.factories import (
+    RunningWorker,
+    burst,
+    claim_directly,
+    claimed_job,
+    expire,
+    finish,
+    reaper,
+    wait_until,
+    worker_config,
+)
+from tests.testapp.jobs import gate
 from tests.testapp.models import Execution
 
 from .helpers import new_connection
@@ -46,33 +56,26 @@ def fast_backoff():  # type: ignore[no-untyped-def]
 
 
 def config(**overrides: object) -> WorkerConfig:
-    values: dict[str, object] = {
-        "burst": True,
-        "concurrency": 4,
-        "poll_interval": 0.05,
-        "lease_seconds": 5.0,
-        "grace_period": 5.0,
-        "install_signal_handlers": False,
-        "worker_id": f"test-{uuid.uuid4().hex[:6]}",
-    }
-    values.update(overrides)
-    return WorkerConfig(**values)  # type: ignore[arg-type]
+    return worker_config(**overrides)
 
 
 def drain(**overrides: object) -> Worker:
     """Run a burst worker until nothing runnable is left (retries included)."""
-    worker = Worker(config(**overrides))
-    assert worker.run() == 0
-    return worker
+    return burst(**overrides)
 
 
-def drain_until_settled(timeout: float = 20, **overrides: object) -> None:
+def drain_until_settled(timeout: float = 30, **overrides: object) -> None:
     """Burst workers again until no job is pending or running (retries wait a little)."""
-    deadline = time.monotonic() + timeout
-    while Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING]).exists():
-        assert time.monotonic() < deadline, list(Job.objects.values("type", "status"))
+
+    def settled() -> bool:
+        if not Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING]).exists():
+            return True
         drain(**overrides)
-        time.sleep(0.02)
+        return False
+
+    wait_until(
+        settled, timeout, f"the jobs to settle: {list(Job.objects.values('type', 'status'))}"
+    )
 
 
 def test_jobs_complete_with_their_results() -> None:
@@ -200,22 +203,20 @@ def test_priority_order_then_oldest_first() -> None:
 def test_delayed_jobs_do_not_run_early() -> None:
     later = enqueue("tests.record", delay=timedelta(minutes=10)).job
     soon = enqueue("tests.record", delay=0.3).job
-    started = time.monotonic()
-    worker = Worker(config(burst=False, poll_interval=5.0))
-    thread = threading.Thread(target=worker.run)
-    thread.start()
+    # A poll interval far longer than the wait: only the worker's own
+    # "next job due at" wake-up can start the job within the wait.
+    running = RunningWorker(config(burst=False, poll_interval=120.0))
     try:
-        deadline = time.monotonic() + 5
-        while not Execution.objects.filter(job_id=soon.pk).exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        # Woken for the due job although the poll interval is 5 s.
-        assert 0.25 < time.monotonic() - started < 2.0
-        assert not Execution.objects.filter(job_id=later.pk).exists()
+        wait_until(lambda: Execution.objects.filter(job_id=soon.pk).exists(), 60, "the due job")
     finally:
-        worker.stop()
-        thread.join(10)
+        running.stop()
+    soon.refresh_from_db()
+    # The database's clock: claimed once due (the claim's now() >= available_at),
+    # not at the next poll.
+    assert soon.status == JobStatus.COMPLETED
+    assert soon.available_at <= soon.started_at < soon.available_at + timedelta(seconds=60)
     assert Job.objects.get(pk=later.pk).status == JobStatus.PENDING
+    assert not Execution.objects.filter(job_id=later.pk).exists()
 
 
 def test_workers_serve_only_their_queues() -> None:
@@ -248,46 +249,15 @@ def test_never_claims_more_than_free_slots() -> None:
 # --- fencing, leases, reaper ------------------------------------------------
 
 
-def claimed_job(**fields: Any) -> ClaimedJob:
-    now = datetime.now(dt_timezone.utc)
-    values: dict[str, Any] = {
-        "id": uuid.uuid4(), "type": "tests.record", "queue": "default", "payload": {},
-        "attempt": 1, "max_attempts": 3, "lease_token": uuid.uuid4(), "available_at": now,
-        "started_at": now, "idempotency_key": None, "timeout": None,
-    }  # fmt: skip
-    values.update(fields)
-    return ClaimedJob(**values)
-
-
-def claim_directly(worker_id: str, lease_seconds: float = 30.0) -> tuple[uuid.UUID, uuid.UUID]:
-    (job,) = gateway.claim("default", worker_id=worker_id, lease_seconds=lease_seconds, limit=1)
-    return job.id, job.lease_token
-
-
-def finish(outcome: Outcome) -> set[uuid.UUID]:
-    return gateway.record_outcomes("default", [outcome], history_limit=20)
-
-
-def expire(job_id: uuid.UUID) -> None:
-    Job.objects.filter(pk=job_id).update(
-        lease_expires_at=Job.objects.get(pk=job_id).started_at - timedelta(seconds=1)
-    )
-
-
-def reaper(worker_id: str = "reaper") -> Maintenance:
-    return Maintenance(
-        "default", worker_id, 30.0, dict, lambda lost: None, RetryPolicy(0.01, 0.05, 0.1), 20
-    )
-
-
 def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_claim() -> None:
     job = enqueue("tests.record").job
-    job_id, old_token = claim_directly("worker-a")
+    claimed = claim_directly("worker-a")
+    job_id, old_token = claimed.id, claimed.lease_token
     expire(job_id)
     assert reaper().reap() == 1
     assert Job.objects.get(pk=job_id).status == JobStatus.PENDING
     Job.objects.filter(pk=job_id).update(available_at=Job.objects.get(pk=job_id).created_at)
-    _, new_token = claim_directly("worker-b")
+    new_token = claim_directly("worker-b").lease_token
     assert new_token != old_token
 
     # Worker A comes back from its pause and reports: nothing changes.
@@ -353,8 +323,9 @@ def test_one_reaper_at_a_time() -> None:
 def test_heartbeats_extend_held_leases_and_report_lost_ones() -> None:
     kept = enqueue("tests.record").job
     stolen = enqueue("tests.record").job
-    kept_id, kept_token = claim_directly("w", lease_seconds=1.0)
-    stolen_id, stolen_token = claim_directly("w", lease_seconds=1.0)
+    kept_claim, stolen_claim = claim_directly("w", 1.0), claim_directly("w", 1.0)
+    kept_id, kept_token = kept_claim.id, kept_claim.lease_token
+    stolen_id, stolen_token = stolen_claim.id, stolen_claim.lease_token
     if kept_id != kept.pk:
         kept_id, kept_token, stolen_id, stolen_token = stolen_id, stolen_token, kept_id, kept_token
     Job.objects.filter(pk=stolen_id).update(lease_token=uuid.uuid4())  # reaped and re-claimed
@@ -373,60 +344,55 @@ def test_heartbeats_extend_held_leases_and_report_lost_ones() -> None:
 # --- shutdown -----------------------------------------------------------------
 
 
-def run_in_background(worker: Worker) -> threading.Thread:
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    return thread
-
-
-def wait_for(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-
-
 def test_stop_lets_in_flight_jobs_finish_within_the_grace_period() -> None:
     job = enqueue("tests.record", {"sleep": 0.5}).job
-    worker = Worker(config(burst=False, grace_period=5.0))
-    thread = run_in_background(worker)
-    wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists())
-    worker.stop()
-    thread.join(10)
+    running = RunningWorker(config(burst=False, grace_period=60.0))
+    wait_until(lambda: Execution.objects.filter(job_id=job.pk).exists(), what="the job to start")
+    running.stop()  # returns once the job has finished and been recorded
     job.refresh_from_db()
     assert job.status == JobStatus.COMPLETED
 
 
 def test_jobs_still_running_at_the_deadline_are_released_uncounted() -> None:
-    job = enqueue("tests.record", {"sleep": 3}).job
+    name = f"release-{uuid.uuid4().hex}"
+    job = enqueue("tests.gated", {"gate": name}).job
     waiting = enqueue("tests.record", priority=-1).job
-    worker = Worker(config(burst=False, grace_period=0.2, concurrency=1))
-    thread = run_in_background(worker)
-    wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists())
-    started = time.monotonic()
-    worker.stop()
-    thread.join(10)
-    assert time.monotonic() - started < 2.5  # did not wait for the 3 s job
-    job.refresh_from_db()
-    assert (job.status, job.attempts) == (JobStatus.PENDING, 0)
-    assert job.lease_token is None and job.lease_holder is None
-    assert Job.objects.get(pk=waiting.pk).status == JobStatus.PENDING  # never claimed
-    assert not Job.objects.filter(status=JobStatus.RUNNING).exists()
-
-
-def test_a_notification_wakes_an_idle_worker_at_once() -> None:
-    worker = Worker(config(burst=False, poll_interval=30.0))
-    thread = run_in_background(worker)
+    running = RunningWorker(config(burst=False, grace_period=0.2, concurrency=1))
     try:
-        wait_for(lambda: worker.listener is not None and worker.listener.connected.is_set())
-        time.sleep(0.2)  # idle now, with 30 s to its next poll
-        job = enqueue("tests.record").job
-        wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, timeout=5)
+        wait_until(lambda: Execution.objects.filter(job_id=job.pk).exists(), what="the job")
+        # The job runs until its gate opens: the worker stops without waiting for it.
+        running.stop()
         job.refresh_from_db()
-        assert job.started_at - job.created_at < timedelta(milliseconds=500)
+        assert (job.status, job.attempts) == (JobStatus.PENDING, 0)
+        assert job.lease_token is None and job.lease_holder is None
+        assert Job.objects.get(pk=waiting.pk).status == JobStatus.PENDING  # never claimed
+        assert not Job.objects.filter(status=JobStatus.RUNNING).exists()
     finally:
-        worker.stop()
-        thread.join(10)
+        gate(name).set()
+
+
+def test_a_notification_wakes_an_idle_worker_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    worker = Worker(config(burst=False, poll_interval=120.0))
+    idle = threading.Event()
+    sleep = worker._sleep
+
+    def spy(timeout: float | None) -> None:
+        if timeout is None or timeout > 60:
+            idle.set()  # waiting for its next poll, far off
+        sleep(timeout)
+
+    monkeypatch.setattr(worker, "_sleep", spy)
+    running = RunningWorker(worker)
+    try:
+        wait_until(lambda: worker.listener is not None and worker.listener.connected.is_set())
+        wait_until(idle.is_set, what="the worker to go idle")
+        job = enqueue("tests.record").job
+        wait_until(lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, 60)
+    finally:
+        running.stop()
+    job.refresh_from_db()
+    # Long before the next poll (120 s), by the database's clock.
+    assert job.started_at - job.created_at < timedelta(seconds=60)
 
 
 def test_the_database_connection_of_the_test_is_untouched() -> None:
@@ -455,7 +421,8 @@ def test_the_signal_handler_cannot_deadlock_on_the_workers_lock() -> None:
         with worker._lock, worker.completer._cond:
             # The signal arrives while the main thread holds both locks.
             os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.05)
+            # The handler runs on this thread, between two bytecodes of the wait.
+            wait_until(lambda: worker._stopping, what="the signal handler")
         assert worker._stopping
     finally:
         for signum, handler in previous.items():

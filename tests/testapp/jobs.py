@@ -88,6 +88,24 @@ def concurrent(ctx: JobContext) -> dict[str, int]:
     return {"concurrent": now}
 
 
+# Gates, for workers in the test process: a tests.gated job runs until the test
+# opens its gate, so "still running" is a fact of the test, not of a clock.
+_gates: dict[str, threading.Event] = {}
+
+
+def gate(name: str) -> threading.Event:
+    """The gate ``name`` (created closed); ``gate(name).set()`` lets its jobs return."""
+    with _concurrent_lock:
+        return _gates.setdefault(name, threading.Event())
+
+
+@job("tests.gated")
+def gated(ctx: JobContext) -> dict[str, bool]:
+    """Record the execution, then wait for the gate ``payload["gate"]`` (at most 60 s)."""
+    Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+    return {"opened": gate(str(ctx.payload["gate"])).wait(60)}
+
+
 # Time limits (tests/*/test_time_limits*.py, test_timeouts*.py).
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from django_durable_jobs.worker.pool import SlotGroup, Slots, check_queue_slots
+from tests.factories import wait_until
 
 
 def idle_target(group: SlotGroup) -> None:
@@ -35,10 +35,11 @@ def make(groups: list[SlotGroup], minimum: int, maximum: int, quiet: float = 30.
 
 
 def live(group: SlotGroup, expected: int) -> None:
-    deadline = time.monotonic() + 5
-    while len(group.threads()) != expected:
-        assert time.monotonic() < deadline, (len(group.threads()), expected)
-        time.sleep(0.01)
+    wait_until(
+        lambda: len(group.threads()) == expected,
+        what=lambda: f"{expected} live threads, not {len(group.threads())}",
+        interval=0.01,
+    )
 
 
 def test_a_fixed_group_never_grows(groups: list[SlotGroup]) -> None:

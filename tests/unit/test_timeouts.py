@@ -25,15 +25,13 @@ from django_durable_jobs.validation import build_spec, validate_timeout
 from django_durable_jobs.worker.attempts import AttemptTable, State
 from django_durable_jobs.worker.executor import RetryPolicy, execute, timed_out
 from django_durable_jobs.worker.watchdog import Watchdog, effective_timeout
+from tests.factories import claimed_job, wait_until
 
 POLICY = RetryPolicy(base=1.0, cap=10.0, jitter=0.0)
 
 
 def claimed(timeout: float | None = None, type: str = "unit.t", attempt: int = 1) -> ClaimedJob:
-    now = datetime.now(dt_timezone.utc)
-    return ClaimedJob(
-        uuid.uuid4(), type, "default", {}, attempt, 3, uuid.uuid4(), now, now, None, timeout
-    )
+    return claimed_job(timeout=timeout, type=type, attempt=attempt)
 
 
 def context(**kwargs: Any) -> JobContext:
@@ -278,14 +276,6 @@ def run_in_thread(watchdog: Watchdog, job: ClaimedJob, body: Any) -> dict[str, A
     state["thread"].start()
     started.wait(10)
     return state
-
-
-def wait_until(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def until_cancelled(attempt: Any) -> str:

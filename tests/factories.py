@@ -1,0 +1,189 @@
+"""Test factories and waits shared by the unit, integration and end-to-end tests.
+
+One place for what the tests kept writing again: a worker config with test
+defaults, a worker on a thread, a claimed job, direct claims and outcomes on
+the gateway, and a wait that polls for a positive event.
+
+Waits poll with a generous deadline: passing is fast, only a failure is
+slow. A test never asserts on its own clock; a negative assert ("it did not
+run") comes after a positive event that must follow what must not happen.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Collection
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from typing import Any
+
+from django_durable_jobs import db, enqueue
+from django_durable_jobs.backoff import RetryPolicy
+from django_durable_jobs.db.records import ClaimedJob, Outcome
+from django_durable_jobs.models import Job
+from django_durable_jobs.worker import Worker, WorkerConfig
+from django_durable_jobs.worker.maintenance import Maintenance
+
+#: Generous: a shared CI machine can pause a test for seconds.
+WAIT_SECONDS = 30.0
+HANDLER_THREAD_PREFIX = "durable-jobs-handler-"
+
+
+def wait_until(
+    condition: Callable[[], object],
+    timeout: float = WAIT_SECONDS,
+    what: str | Callable[[], str] = "the condition",
+    interval: float = 0.02,
+) -> None:
+    """Poll ``condition`` until it is true; ``AssertionError`` after ``timeout`` seconds.
+
+    ``what`` names the awaited event in the error; a callable is asked at the failure.
+    """
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout} s waiting for {said}")
+        time.sleep(interval)
+
+
+# --- workers -------------------------------------------------------------------------
+
+
+def worker_config(**overrides: Any) -> WorkerConfig:
+    """A ``WorkerConfig`` for tests: burst, fast polls, no signal handlers, a fresh id."""
+    values: dict[str, Any] = {
+        "burst": True,
+        "concurrency": 4,
+        "poll_interval": 0.05,
+        "lease_seconds": 5.0,
+        "grace_period": 5.0,
+        "install_signal_handlers": False,
+        "worker_id": f"test-{uuid.uuid4().hex[:6]}",
+    }
+    values.update(overrides)
+    return WorkerConfig(**values)
+
+
+def burst(**overrides: Any) -> Worker:
+    """Run a burst worker in this thread until nothing runnable is left."""
+    worker = Worker(worker_config(**overrides))
+    assert worker.run() == 0
+    return worker
+
+
+class RunningWorker:
+    """A worker serving on a thread of this process until ``stop()``."""
+
+    def __init__(self, worker: Worker | WorkerConfig, daemon: bool = False) -> None:
+        self.worker = worker if isinstance(worker, Worker) else Worker(worker)
+        self.exit_code: int | None = None
+        self.thread = threading.Thread(target=self._run, daemon=daemon)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.exit_code = self.worker.run()
+
+    def stop(self, timeout: float = WAIT_SECONDS) -> int | None:
+        """Ask for a graceful stop and wait for it (outcomes are written by then)."""
+        self.worker.stop()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the worker did not stop"
+        return self.exit_code
+
+
+def run_worker_until(
+    condition: Callable[[], object],
+    timeout: float = WAIT_SECONDS,
+    what: str = "the condition",
+    **overrides: Any,
+) -> Worker:
+    """Run a (non-burst) worker until ``condition`` holds, then stop it gracefully."""
+    running = RunningWorker(worker_config(**{"burst": False, **overrides}))
+    try:
+        wait_until(condition, timeout, what)
+    finally:
+        running.stop()
+    return running.worker
+
+
+def handler_threads() -> set[threading.Thread]:
+    """The handler threads alive in this process (every worker's)."""
+    return {t for t in threading.enumerate() if t.name.startswith(HANDLER_THREAD_PREFIX)}
+
+
+def join_handler_threads(
+    timeout: float = WAIT_SECONDS, besides: Collection[threading.Thread] = ()
+) -> None:
+    """Wait for handler threads (but ``besides``) to return: whatever they do last is done.
+
+    A handler thread that outlived its worker (a released or timed-out
+    attempt) hands its late outcome over before it exits, so once it has
+    exited nothing more can come of it.
+    """
+    for thread in handler_threads() - set(besides):
+        thread.join(timeout)
+        assert not thread.is_alive(), f"{thread.name} did not return"
+
+
+# --- jobs ----------------------------------------------------------------------------
+
+
+def claimed_job(
+    timeout: float | None = None,
+    type: str = "unit.t",
+    attempt: int = 1,
+    max_attempts: int = 3,
+    payload: dict[str, Any] | None = None,
+    queue: str = "default",
+) -> ClaimedJob:
+    """A ``ClaimedJob`` as the claim query returns it, without a database."""
+    now = datetime.now(dt_timezone.utc)
+    return ClaimedJob(
+        uuid.uuid4(), type, queue, payload or {}, attempt, max_attempts, uuid.uuid4(),
+        now, now, None, timeout,
+    )  # fmt: skip
+
+
+def make_job(
+    type: str = "tests.record",
+    payload: dict[str, Any] | None = None,
+    *,
+    queue: str = "default",
+    **fields: Any,
+) -> Job:
+    """Enqueue a job, then set ``fields`` on its row directly (a status, a timestamp...)."""
+    job = enqueue(type, payload or {}, queue=queue).job
+    if fields:
+        Job.objects.filter(pk=job.pk).update(**fields)
+        job.refresh_from_db()
+    return job
+
+
+# --- the gateway, directly -----------------------------------------------------------
+
+
+def claim_directly(worker_id: str = "w-direct", lease_seconds: float = 30.0) -> ClaimedJob:
+    """Claim the next runnable job for ``worker_id`` as a worker would (one must be there)."""
+    (job,) = db.claim("default", worker_id=worker_id, lease_seconds=lease_seconds, limit=1)
+    return job
+
+
+def finish(outcome: Outcome) -> set[uuid.UUID]:
+    """Write one outcome as the completer would; the ids of the rows it changed."""
+    return db.record_outcomes("default", [outcome], history_limit=20)
+
+
+def expire(job_id: uuid.UUID) -> None:
+    """Put a claimed job's lease in the past, as the database sees it: the reaper's to take."""
+    started = Job.objects.values_list("started_at", flat=True).get(pk=job_id)
+    Job.objects.filter(pk=job_id).update(lease_expires_at=started - timedelta(seconds=1))
+
+
+def reaper(worker_id: str = "reaper") -> Maintenance:
+    """A maintenance object holding no job, to call ``reap()`` (or ``prune()``) on directly."""
+    return Maintenance(
+        "default", worker_id, 30.0, dict, lambda lost: None, RetryPolicy(0.01, 0.05, 0.1), 20
+    )
