@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +13,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_durable_jobs import db, pruning
+from django_durable_jobs.backoff import RetryPolicy
 from django_durable_jobs.checks import check_settings
 from django_durable_jobs.constants import FINISHED_INDEX
 from django_durable_jobs.models import Job, JobStatus
@@ -30,10 +31,11 @@ def make(status: str, age: timedelta, **fields: Any) -> Job:
     return make_job("tests.prune", status=status, completed_at=timezone.now() - age, **fields)
 
 
-def maintenance() -> Maintenance:
+def maintenance(on_heartbeat: Callable[[], None] | None = None) -> Maintenance:
     return Maintenance(
-        "default", "tests-worker", 30.0, dict, lambda lost: None, (1.0, 60.0, 0.0), 20
-    )
+        "default", "tests-worker", 30.0, dict, lambda lost: None, RetryPolicy(1.0, 60.0, 0.0), 20,
+        on_heartbeat=on_heartbeat,
+    )  # fmt: skip
 
 
 def test_retention_defaults_to_7_days_and_30_for_dead_jobs() -> None:
@@ -203,10 +205,15 @@ def test_the_maintenance_thread_prunes_on_its_schedule() -> None:
 
 def test_no_retention_means_no_pruning_round() -> None:
     make(JobStatus.COMPLETED, timedelta(days=800))
+    beats: list[None] = []
     with override_settings(DURABLE_JOBS={"RETENTION": None}):
-        worker = maintenance()
+        worker = maintenance(on_heartbeat=lambda: beats.append(None))
     worker.prune_interval = 0.01
+    worker.heartbeat_interval = 0.01
     worker.start()
-    time.sleep(0.3)
-    worker.stop()
+    try:
+        # Twenty rounds of the thread's loop, each a chance to prune (were it due).
+        wait_until(lambda: len(beats) >= 20, what="twenty heartbeats")
+    finally:
+        worker.stop()
     assert Job.objects.count() == 1

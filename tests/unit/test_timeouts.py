@@ -333,18 +333,18 @@ def test_a_spinner_is_failed_at_its_deadline_and_its_thread_left_alone() -> None
 
 
 def test_a_cooperative_handler_sees_cancelled_and_returns_within_the_grace() -> None:
+    clock = [100.0]
     recorder = Recorder()
-    watchdog = make_watchdog(recorder, grace=1.5)
-    watchdog.start()
-    try:
-        state = run_in_thread(watchdog, claimed(timeout=0.1), until_cancelled)
-        assert state["done"].wait(10)
-        assert state["result"] == "stopped"
-        assert [o.transition for o in recorder.submitted] == [Transition.RETRY]
-        time.sleep(1.8)  # past the grace: a thread that returned is not stuck
-        assert recorder.stuck == [] and watchdog.stuck() == []
-    finally:
-        watchdog.stop()
+    watchdog = make_watchdog(recorder, grace=1.5, clock=lambda: clock[0])
+    state = run_in_thread(watchdog, claimed(timeout=0.1), until_cancelled)
+    clock[0] += 0.1  # the deadline
+    watchdog.check()
+    assert state["done"].wait(10)
+    assert state["result"] == "stopped"
+    assert [o.transition for o in recorder.submitted] == [Transition.RETRY]
+    clock[0] += 10  # long past the grace: a thread that returned is not stuck
+    watchdog.check()
+    assert recorder.stuck == [] and watchdog.stuck() == []
 
 
 @pytest.mark.parametrize("blocked_in", ["python", "c"])
@@ -366,7 +366,8 @@ def test_a_thread_not_back_within_the_grace_is_reported_stuck_once(blocked_in: s
         assert [a.job.id for a in watchdog.stuck()] == [job.id]
         assert not state["done"].is_set()
         assert len(recorder.submitted) == 1  # the attempt failed at the deadline, once
-        time.sleep(0.5)
+        watchdog.check()  # look again, as the watchdog's thread keeps doing
+        watchdog.check()
         assert recorder.stuck == [job.id]  # reported once
         # When the thread returns at last, it goes on; the attempt is no longer stuck.
         spinner.released = True
