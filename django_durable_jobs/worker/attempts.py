@@ -349,6 +349,13 @@ class AttemptTable:
             return self._attempts.get(token)
 
     def _forget_if_done(self, attempt: Attempt) -> None:
-        if attempt.state in HANDLER_OWNS or attempt.thread_running or attempt.outcome_unwritten:
+        # Kept while it holds a slot: a job still queued for a thread must be
+        # found by that thread's ``returned()``, which gives the slot back.
+        if (
+            attempt.state in HANDLER_OWNS
+            or attempt.thread_running
+            or attempt.outcome_unwritten
+            or attempt.holds_slot
+        ):
             return
         self._attempts.pop(attempt.token, None)

@@ -465,3 +465,26 @@ def test_an_attempt_released_before_its_thread_starts_is_not_run() -> None:
     (released,) = watchdog.attempts.release_all()
     assert released.job is job and released.cancel.is_set()
     assert watchdog.begin(job, None) is None
+
+
+def test_a_lease_lost_while_queued_still_gives_its_slot_back() -> None:
+    """The job waits in its group's queue; the heartbeat finds its lease gone meanwhile."""
+
+    class Group:
+        running = 1
+
+        def finished(self) -> None:
+            self.running -= 1
+
+    group = Group()
+    table = AttemptTable()
+    job = claimed()
+    table.claimed(job, group)  # type: ignore[arg-type]
+    (lost,) = table.lose_leases({job.id})
+    assert lost.state is State.LEASE_LOST
+    assert table.leases_to_extend() == {}
+    # The handler thread takes the job from the queue at last: not run, slot back.
+    assert table.begin(job.lease_token, None) is None
+    assert table.returned(job.lease_token) is lost
+    assert group.running == 0
+    assert len(table) == 0
