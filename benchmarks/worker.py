@@ -317,7 +317,7 @@ def throughput_run(
         [db_start],
     )
     assert completed == n, completed
-    # Every claim (and every finish_jobs batch) is one transaction, whose
+    # Every claim (and every record_outcomes batch) is one transaction, whose
     # now() all its rows share: distinct timestamps count the statements.
     ((claims, finishes),) = sql(
         "SELECT count(DISTINCT started_at), count(DISTINCT completed_at) FROM durable_jobs_job"
@@ -407,7 +407,7 @@ def throughput(args: argparse.Namespace, env: dict[str, str]) -> None:
         "wall: from starting the processes (start-up included) to the poll that sees all jobs\n"
         "completed; span: max(completed_at) - min(started_at); start: first claim after Popen;\n"
         "exit: all workers exited (--burst), from Popen; claim / finish: mean jobs per claim\n"
-        "statement / per finish_jobs statement (distinct started_at / completed_at);\n"
+        "statement / per record_outcomes statement (distinct started_at / completed_at);\n"
         "wrk/pg CPU: CPU seconds of the workers / of PostgreSQL (its backends of the bench\n"
         "database and its shared processes) until done; other: the rest of the machine (a run\n"
         "where it exceeds 5% of the machine is rerun; * marks one still noisy); busy: the whole\n"
