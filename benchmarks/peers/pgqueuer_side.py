@@ -5,12 +5,16 @@ asyncpg from PyPI; no Django there), started by ``run.py``. The database is
 the one in ``PGDSN``; ``run.py`` installs pgqueuer's schema there with
 ``pgq install`` and reads the results with its own SQL.
 
-The worker is pgqueuer's own CLI with this module's factory::
+The worker is ``pgqueuer.run(factory, ...)``, which its docstring calls what
+``pgq run`` does without the CLI, with this module's factory::
 
-    PGDSN=... PYTHONPATH=benchmarks/peers .venv-pgqueuer/bin/pgq run \\
-        pgqueuer_side:queue_manager --batch-size 100 --mode drain --log-level WARNING
+    PGDSN=... .venv-pgqueuer/bin/python pgqueuer_side.py worker [--batch-size 100] [--drain]
 
-Enqueue and fill commands print one JSON object on stdout::
+(``pgq run`` itself fails at start-up in pgqueuer 1.6.0 with typer 0.29, the
+newest typer its ``typer>=0.15.1`` allows: its ``--log-level`` parser hands
+a str where an enum is expected, with or without the option.)
+
+The other commands print one JSON object on stdout::
 
     python pgqueuer_side.py enqueue -n 20000   # {"single": jobs/s, "bulk": jobs/s}
     python pgqueuer_side.py fill -n 20000      # {"jobs": 20000}
@@ -24,18 +28,23 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Coroutine
+from typing import Any, TypeVar
 
 import asyncpg
+import pgqueuer
 from pgqueuer import QueueManager
 from pgqueuer.db import AsyncpgDriver
+from pgqueuer.domain.types import QueueExecutionMode
 from pgqueuer.models import Job
 from pgqueuer.queries import Queries
 
 ENTRYPOINT = "noop"
 BATCH = 5_000  # fill in batches, as ours does (benchmarks/worker.py fill)
+T = TypeVar("T")
 
 
 def dsn() -> str:
@@ -143,7 +152,16 @@ async def paced_command(rate: float, count: int) -> dict[str, float]:
     }
 
 
-def run(coro: Coroutine[object, object, dict[str, float]]) -> dict[str, float]:
+def worker_command(batch_size: int | None, drain: bool) -> None:
+    """``pgq run pgqueuer_side:queue_manager [--batch-size B] [--mode drain]``, logging WARNING."""
+    logging.basicConfig(level=logging.WARNING)
+    options: dict[str, Any] = {"mode": QueueExecutionMode.drain} if drain else {}
+    if batch_size is not None:
+        options["batch_size"] = batch_size
+    run(pgqueuer.run(queue_manager, **options))
+
+
+def run(coro: Coroutine[object, object, T]) -> T:
     """On uvloop where installed (it comes with pgqueuer), as ``pgq run`` runs its workers."""
     try:
         import uvloop  # optional dependency: pgqueuer's CLI uses it the same way
@@ -155,6 +173,9 @@ def run(coro: Coroutine[object, object, dict[str, float]]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    worker = commands.add_parser("worker", help="a worker process, as `pgq run` starts one")
+    worker.add_argument("--batch-size", type=int, default=None, help="default: pgqueuer's (10)")
+    worker.add_argument("--drain", action="store_true", help="exit once the queue is empty")
     enqueue = commands.add_parser("enqueue", help="enqueue rates, one per transaction and bulk")
     enqueue.add_argument("-n", type=int, default=20_000)
     enqueue.add_argument("--batch", type=int, default=20_000, help="jobs per bulk call")
@@ -164,6 +185,9 @@ def main() -> None:
     paced.add_argument("--rate", type=float, default=200.0)
     paced.add_argument("--count", type=int, default=2_000)
     args = parser.parse_args()
+    if args.command == "worker":
+        worker_command(args.batch_size, args.drain)
+        return
     if args.command == "enqueue":
         result = run(enqueue_command(args.n, args.batch))
     elif args.command == "fill":

@@ -21,7 +21,8 @@ configuration so that both meet the same machine):
   call (``enqueue_many``; ``Queries.enqueue`` with lists), after a warm-up.
 - *throughput*: N jobs enqueued in bulk, ANALYZE, CHECKPOINT, a quiet second,
   then K worker processes that exit when the queue is empty (ours
-  ``runjobworker --burst``; pgqueuer ``pgq run --mode drain``). *wall* runs from
+  ``runjobworker --burst``; pgqueuer ``pgqueuer.run(factory, mode=drain)``, what
+  ``pgq run --mode drain`` runs; see pgqueuer_side.py). *wall* runs from
   starting the processes (start-up included) to the poll (every 50 ms) that
   sees every job done: ours ``completed``, pgqueuer's queue table empty
   (a finished job is deleted from it and logged). CPU seconds of the workers
@@ -72,7 +73,7 @@ PGQ_SIDE = PEERS_DIR / "pgqueuer_side.py"
 DEFAULT_PGQ_SPEC = "pgqueuer[asyncpg]>=1.6,<1.7"
 OURS_URL = "postgres://postgres@127.0.0.1:5432/peers_ours"
 PGQ_URL = "postgres://postgres@127.0.0.1:5432/peers_pgqueuer"
-PGQ_DEFAULT_BATCH = 10  # `pgq run --batch-size` default, pgqueuer 1.6
+PGQ_DEFAULT_BATCH = 10  # pgqueuer.run's and `pgq run`'s batch_size default, pgqueuer 1.6
 PGQ_TABLES = ("pgqueuer", "pgqueuer_log", "pgqueuer_statistics")  # default prefix, no schema
 
 Result = dict[str, float]
@@ -168,11 +169,11 @@ def side(env: dict[str, str], *args: str) -> dict[str, float]:
 
 
 def pgq_worker_command(batch: int | None, drain: bool) -> list[str]:
-    cmd = [str(PGQ_CLI), "run", "pgqueuer_side:queue_manager", "--log-level", "WARNING"]
+    cmd = [str(PGQ_PYTHON), str(PGQ_SIDE), "worker"]
     if batch is not None:
         cmd += ["--batch-size", str(batch)]
     if drain:
-        cmd += ["--mode", "drain"]
+        cmd.append("--drain")
     return cmd
 
 
@@ -274,9 +275,11 @@ def clean(run: Callable[[], Result], retries: int) -> Result:
 # -- latency ------------------------------------------------------------------
 
 
-def pgq_wait_empty(db: PgqDatabase, timeout: float = 60.0) -> None:
+def pgq_wait_empty(db: PgqDatabase, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while db.left():
+        if proc.poll() is not None:
+            raise RuntimeError(f"pgqueuer worker exited {proc.returncode}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"pgqueuer jobs still queued after {timeout}s")
         time.sleep(0.1)
@@ -292,11 +295,11 @@ def pgq_latency_run(rate: float, seconds: float, db: PgqDatabase, env: dict[str,
         # The warm-up second also waits for the worker: its jobs are done
         # only once the worker has started, listened and claimed.
         side(env, "paced", "--rate", str(rate), "--count", str(int(rate)))
-        pgq_wait_empty(db)
+        pgq_wait_empty(db, proc)
         time.sleep(0.5)
         ours.wait_until_quiet()
         paced = side(env, "paced", "--rate", str(rate), "--count", str(int(rate * seconds)))
-        pgq_wait_empty(db)
+        pgq_wait_empty(db, proc)
         ((p50, p90, p99, mx, count),) = db.sql(
             "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d),"
             " percentile_cont(0.9) WITHIN GROUP (ORDER BY d),"
@@ -517,7 +520,7 @@ def render(
         return f"batch {s}" if s else f"batch {PGQ_DEFAULT_BATCH} (default)"
 
     rows = [
-        ("process, defaults (ours `runjobworker` defaults; pgqueuer `pgq run` defaults, "
+        ("process, defaults (ours `runjobworker` defaults; pgqueuer `run()` defaults, "
          f"batch {PGQ_DEFAULT_BATCH})", rate(o_def), rate(q_def)),
         (f"process, best one process (ours {c(o1)}; pgqueuer {b(q1)})",
          rate(o_best1), rate(q_best1)),
