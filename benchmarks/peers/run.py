@@ -5,7 +5,7 @@ Run on demand, never in the test suite, with the project's virtual environment:
     .venv/bin/python benchmarks/peers/run.py [--jobs 20000] [--repeat 3]
         [--database-url postgres://postgres@127.0.0.1:5432/peers_ours]
         [--pgqueuer-database-url postgres://postgres@127.0.0.1:5432/peers_pgqueuer]
-        [--ours-sweep 8,16,32,64] [--pgqueuer-sweep 10,50,100,200] [--output FILE]
+        [--ours-sweep 8,16,32,64,128] [--pgqueuer-sweep 10,50,100,200,500,1000] [--output FILE]
 
 On first use it creates ``benchmarks/peers/.venv-pgqueuer`` (git-ignored) and
 installs pgqueuer with asyncpg from PyPI into it (``--pgqueuer-spec``); none
@@ -382,8 +382,8 @@ def main() -> None:
     parser.add_argument("--database-url", default=OURS_URL, help="ours (default: %(default)s)")
     parser.add_argument("--pgqueuer-database-url", default=PGQ_URL, help="default: %(default)s")
     parser.add_argument("--pgqueuer-spec", default=DEFAULT_PGQ_SPEC, help="default: %(default)s")
-    parser.add_argument("--ours-sweep", type=ints, default=[8, 16, 32, 64], help="-c values")
-    parser.add_argument("--pgqueuer-sweep", type=ints, default=[10, 50, 100, 200])
+    parser.add_argument("--ours-sweep", type=ints, default=[8, 16, 32, 64, 128], help="-c values")
+    parser.add_argument("--pgqueuer-sweep", type=ints, default=[10, 50, 100, 200, 500, 1000])
     parser.add_argument("--rate", type=float, default=200.0, help="latency: jobs per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="latency: how long")
     parser.add_argument("--latency-repeat", type=int, default=3)
@@ -396,6 +396,8 @@ def main() -> None:
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--output", default=str(PEERS_DIR / "results.md"))
     args = parser.parse_args()
+    if not args.ours_sweep or not args.pgqueuer_sweep:
+        parser.error("each side needs at least one sweep value (its two-process runs use them)")
     n = args.jobs
     started = time.monotonic()
 
