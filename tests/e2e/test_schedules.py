@@ -67,10 +67,16 @@ def test_two_workers_enqueue_one_job_per_tick_and_survive_either_stopping(
 
     ticks = tick_times()
     assert len(ticks) >= 6, ticks
-    # One job per tick: no duplicate (the key) and no gap between the first and last.
+    # One job per tick: no duplicate (the key), and no silent gap. A tick is
+    # skipped only when the scheduler woke more than a tick late (a stalled
+    # host: two Djangos starting on a loaded CI machine), and then the worker
+    # that enqueued the next tick says so (the missed-tick policy, "latest").
     assert len(set(ticks)) == len(ticks)
-    gaps = [b - a for a, b in itertools.pairwise(ticks)]
-    assert all(gap == TICK for gap in gaps), ticks
+    output = scheduling_workers.output()
+    for a, b in itertools.pairwise(ticks):
+        if b - a != TICK:
+            first = (a + TICK).isoformat()
+            assert f"from {first} (the last before {b.isoformat()})" in output, (ticks, output)
     assert all(t.timestamp() % 2 == 0 for t in ticks)
     # Each job knows its tick, and the workers ran them.
     completed = Job.objects.filter(type="example.tick", status=JobStatus.COMPLETED)
