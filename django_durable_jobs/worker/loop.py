@@ -153,7 +153,6 @@ class Worker:
         self.config = config
         self.policy = RetryPolicy.from_settings()
         self._history_limit = int(jobs_settings.ERROR_HISTORY_LIMIT)
-        self._clock = clock
         self.attempts = AttemptTable(clock)
         # The table's lock, for the slot groups and the wake-up flags too: one
         # lock for the worker's state. Reentrant: the signal handler runs on

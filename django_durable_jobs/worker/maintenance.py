@@ -45,7 +45,7 @@ PRUNE_BATCH = 1_000
 PRUNE_MAX_BATCHES = 10
 
 
-def reaped(lease: ExpiredLease, policy: RetryPolicy, reaper_id: str) -> Outcome:
+def reaped(lease: ExpiredLease, policy: RetryPolicy) -> Outcome:
     """The outcome of an attempt whose lease expired: a failed attempt, by the usual rule.
 
     Retried with the policy's backoff, or dead when it was the last one,
@@ -176,7 +176,7 @@ class Maintenance:
             lock_key=REAPER_LOCK_KEY,
             limit=REAP_BATCH,
             history_limit=self._history_limit,
-            decide=lambda lease: reaped(lease, self._policy, self._worker_id),
+            decide=lambda lease: reaped(lease, self._policy),
         )
         for lease, outcome in reaped_jobs:
             now = "dead" if outcome.transition is Transition.DEAD else "pending"

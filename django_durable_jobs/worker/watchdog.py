@@ -148,21 +148,26 @@ class Watchdog:
                     now = self.attempts.clock()
                     self._cond.wait(None if wake is None else max(0.0, wake - now))
                     continue
-            for attempt, action in [(a, self._time_out) for a in late] + [
-                (a, self._report_stuck) for a in stuck
-            ]:
-                try:
-                    action(attempt)
-                except Exception:  # never let the watchdog die: time limits depend on it
-                    logger.exception("Watchdog error on job %s", attempt.job.id)
+            self._act(late, stuck)
 
     def check(self) -> None:
         """Act on whatever is overdue now, on the calling thread (tests drive a fake clock)."""
         late, stuck, _ = self.attempts.overdue(self.grace)
+        self._act(late, stuck)
+
+    def _act(self, late: list[Attempt], stuck: list[Attempt]) -> None:
+        """Outside the lock: time out the late attempts, report the stuck threads."""
         for attempt in late:
-            self._time_out(attempt)
+            self._guarded(self._time_out, attempt)
         for attempt in stuck:
-            self._report_stuck(attempt)
+            self._guarded(self._report_stuck, attempt)
+
+    @staticmethod
+    def _guarded(action: Callable[[Attempt], None], attempt: Attempt) -> None:
+        try:
+            action(attempt)
+        except Exception:  # never let the watchdog die: time limits depend on it
+            logger.exception("Watchdog error on job %s", attempt.job.id)
 
     def _time_out(self, attempt: Attempt) -> None:
         job = attempt.job

@@ -69,7 +69,7 @@ def test_the_reaper_backs_off_exactly_as_a_failed_attempt_does() -> None:
             lock_key=REAPER_LOCK_KEY,
             limit=10,
             history_limit=20,
-            decide=lambda lease: reaped(lease, policy, "reaper"),
+            decide=lambda lease: reaped(lease, policy),
         )
         row = Job.objects.get(pk=job.pk)
         assert (lease.attempt, row.status, row.attempts) == (attempt, JobStatus.PENDING, attempt)
@@ -88,7 +88,7 @@ def test_the_reaper_kills_a_job_with_no_attempt_left_by_the_same_rule() -> None:
         lock_key=REAPER_LOCK_KEY,
         limit=10,
         history_limit=20,
-        decide=lambda lease: reaped(lease, RetryPolicy(1, 1, 0), "reaper"),
+        decide=lambda lease: reaped(lease, RetryPolicy(1, 1, 0)),
     )
     assert outcome.announce  # nothing else will say how it ended
     row = Job.objects.get(pk=job.pk)
