@@ -53,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -228,8 +229,13 @@ class CpuAccount:
         return out
 
 
-def wait_until_quiet(max_busy: float = 0.12, timeout: float = 300.0) -> float:
+#: How long ``wait_until_quiet`` waits at most (``benchmarks/peers/`` sets it lower).
+QUIET_TIMEOUT_SECONDS = 300.0
+
+
+def wait_until_quiet(max_busy: float = 0.12, timeout: float | None = None) -> float:
     """Wait for a second in which the machine is at most ``max_busy`` busy; return the wait."""
+    timeout = QUIET_TIMEOUT_SECONDS if timeout is None else timeout
     start = time.monotonic()
     while True:
         a = cpu_times()
@@ -259,19 +265,29 @@ def worker_command(concurrency: int | None, burst: bool) -> list[str]:
     return cmd
 
 
-def throughput_run(
-    n: int, processes: int, concurrency: int | None, env: dict[str, str]
+def watch_processes(
+    commands: list[list[str]],
+    env: dict[str, str],
+    database: str,
+    done: Callable[[], bool],
+    left: Callable[[], object],
+    cwd: Path | None = None,
 ) -> dict[str, float]:
-    reset()
-    fill(n)
-    quiet_wait = wait_until_quiet()
-    ((db_start, database),) = sql("SELECT clock_timestamp(), current_database()")
+    """Start the worker processes and watch them until ``done()`` and they exit.
+
+    Every ``POLL_SECONDS``: their peak RSS (VmHWM) and, until done, ``done()``
+    (timed) and a CPU scan. Returns wall (start to done) and exit seconds,
+    the machine's busy share, CPU seconds by kind (``CpuAccount``), peak RSS
+    in MB and the mean poll time. Raises, with ``left()`` in the message, if
+    they exit before done or with an error. Shared by this benchmark and by
+    ``benchmarks/peers/``, so both sides are measured the same way.
+    """
     account = CpuAccount(database)
     cpu0 = cpu_times()
     start = time.perf_counter()
     procs = [
-        subprocess.Popen(worker_command(concurrency, burst=True), env=env, stdin=subprocess.DEVNULL)
-        for _ in range(processes)
+        subprocess.Popen(command, env=env, cwd=cwd, stdin=subprocess.DEVNULL)
+        for command in commands
     ]
     account.add_workers([p.pid for p in procs])
     hwm = {p.pid: 0 for p in procs}
@@ -285,11 +301,9 @@ def throughput_run(
                     hwm[p.pid] = max(hwm[p.pid], kb)
             if done_at is None:
                 t = time.perf_counter()
-                ((completed,),) = sql(
-                    "SELECT count(*) FROM durable_jobs_job WHERE status = 'completed'"
-                )
+                finished = done()
                 polls.append(time.perf_counter() - t)
-                if completed >= n:
+                if finished:
                     done_at = time.perf_counter()
                     cpu1 = cpu_times()
                     account.scan()
@@ -308,8 +322,41 @@ def throughput_run(
     exited_at = time.perf_counter()
     codes = [p.returncode for p in procs]
     if done_at is None or any(codes):
-        left = sql("SELECT status, count(*) FROM durable_jobs_job GROUP BY 1")
-        raise RuntimeError(f"workers exited {codes} with jobs left: {left}")
+        raise RuntimeError(f"workers exited {codes} with jobs left: {left()}")
+    cpu = account.totals()
+    return {
+        "wall": done_at - start,
+        "exit": exited_at - start,
+        "busy": (cpu1[0] - cpu0[0]) / max(1, cpu1[1] - cpu0[1]),
+        "worker_cpu": cpu["workers"],
+        "pg_cpu": cpu["pg-bench"],
+        "pg_shared_cpu": cpu["pg-shared"],
+        "bench_cpu": cpu["benchmark"],
+        "other_cpu": cpu["other"],
+        "rss_mb": max(hwm.values()) / 1024,
+        "poll_ms": statistics.mean(polls) * 1000,
+    }
+
+
+def throughput_run(
+    n: int, processes: int, concurrency: int | None, env: dict[str, str]
+) -> dict[str, float]:
+    reset()
+    fill(n)
+    quiet_wait = wait_until_quiet()
+    ((db_start, database),) = sql("SELECT clock_timestamp(), current_database()")
+
+    def done() -> bool:
+        ((completed,),) = sql("SELECT count(*) FROM durable_jobs_job WHERE status = 'completed'")
+        return completed >= n
+
+    watched = watch_processes(
+        [worker_command(concurrency, burst=True)] * processes,
+        env,
+        database,
+        done,
+        left=lambda: sql("SELECT status, count(*) FROM durable_jobs_job GROUP BY 1"),
+    )
     ((span, first_claim_delay, completed),) = sql(
         "SELECT extract(epoch FROM max(completed_at) - min(started_at)),"
         " extract(epoch FROM min(started_at) - %s), count(*) FILTER (WHERE status = 'completed')"
@@ -322,42 +369,37 @@ def throughput_run(
     ((claims, finishes),) = sql(
         "SELECT count(DISTINCT started_at), count(DISTINCT completed_at) FROM durable_jobs_job"
     )
-    cpu = account.totals()
     return {
-        "wall": done_at - start,
-        "exit": exited_at - start,
+        **watched,
         "span": float(span),
         "startup": float(first_claim_delay),
-        "busy": (cpu1[0] - cpu0[0]) / max(1, cpu1[1] - cpu0[1]),
-        "worker_cpu": cpu["workers"],
-        "pg_cpu": cpu["pg-bench"],
-        "pg_shared_cpu": cpu["pg-shared"],
-        "bench_cpu": cpu["benchmark"],
-        "other_cpu": cpu["other"],
         "quiet_wait": quiet_wait,
-        "rss_mb": max(hwm.values()) / 1024,
         "claim_batch": n / claims,
         "finish_batch": n / finishes,
-        "poll_ms": statistics.mean(polls) * 1000,
     }
 
 
-def clean_run(
-    n: int, processes: int, concurrency: int | None, env: dict[str, str], retries: int
-) -> dict[str, float]:
+def rerun_if_noisy(run: Callable[[], dict[str, float]], retries: int) -> dict[str, float]:
     """A run during which the rest of the machine used under 5% of it; retried otherwise."""
     for _attempt in range(retries + 1):
-        r = throughput_run(n, processes, concurrency, env)
+        r = run()
         capacity = r["wall"] * (os.cpu_count() or 1)
         if r["other_cpu"] <= 0.05 * capacity:
             return r
         print(
             f"  (noisy run discarded: other processes used {r['other_cpu']:.2f} CPU s in "
-            f"{r['wall']:.2f}s, {n / r['span']:,.0f} jobs/s span; {loadavg()})",
+            f"{r['wall']:.2f}s; {loadavg()})",
             flush=True,
         )
     r["noisy"] = 1.0
     return r
+
+
+def clean_run(
+    n: int, processes: int, concurrency: int | None, env: dict[str, str], retries: int
+) -> dict[str, float]:
+    """``throughput_run``, retried while the rest of the machine was busy."""
+    return rerun_if_noisy(lambda: throughput_run(n, processes, concurrency, env), retries)
 
 
 def throughput(args: argparse.Namespace, env: dict[str, str]) -> None:

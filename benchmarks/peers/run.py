@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import functools
 import itertools
 import json
 import os
@@ -56,7 +55,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -188,47 +187,14 @@ def pgq_throughput_run(
     db.settle()
     quiet_wait = ours.wait_until_quiet()
     ((db_start, database),) = db.sql("SELECT clock_timestamp(), current_database()")
-    account = ours.CpuAccount(database)
-    cpu0 = ours.cpu_times()
-    start = time.perf_counter()
-    procs = [
-        subprocess.Popen(
-            pgq_worker_command(batch, drain=True), env=env, cwd=PEERS_DIR, stdin=subprocess.DEVNULL
-        )
-        for _ in range(processes)
-    ]
-    account.add_workers([p.pid for p in procs])
-    hwm = {p.pid: 0 for p in procs}
-    done_at = None
-    tick = 0
-    try:
-        while True:
-            for p in procs:
-                kb = ours.proc_status(p.pid).get("VmHWM")
-                if kb:
-                    hwm[p.pid] = max(hwm[p.pid], kb)
-            if done_at is None:
-                if db.left() == 0:
-                    done_at = time.perf_counter()
-                    cpu1 = ours.cpu_times()
-                    account.scan()
-                elif tick % 4 == 0:
-                    account.scan()
-            if all(p.poll() is not None for p in procs):
-                break
-            if time.perf_counter() - start > 600:
-                raise RuntimeError("run took over 10 minutes")
-            tick += 1
-            time.sleep(ours.POLL_SECONDS)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                p.wait(30)
-    exited_at = time.perf_counter()
-    codes = [p.returncode for p in procs]
-    if done_at is None or any(codes):
-        raise RuntimeError(f"pgqueuer workers exited {codes} with {db.left()} jobs left")
+    watched = ours.watch_processes(
+        [pgq_worker_command(batch, drain=True)] * processes,
+        env,
+        database,
+        done=lambda: db.left() == 0,
+        left=db.left,
+        cwd=PEERS_DIR,
+    )
     ((span, first_claim_delay, completed, claims, finishes),) = db.sql(
         "SELECT extract(epoch FROM max(created) FILTER (WHERE status = 'successful')"
         "                        - min(created) FILTER (WHERE status = 'picked')),"
@@ -240,36 +206,14 @@ def pgq_throughput_run(
         [db_start],
     )
     assert completed == n, completed
-    cpu = account.totals()
     return {
-        "wall": done_at - start,
-        "exit": exited_at - start,
+        **watched,
         "span": float(span),
         "startup": float(first_claim_delay),
-        "busy": (cpu1[0] - cpu0[0]) / max(1, cpu1[1] - cpu0[1]),
-        "worker_cpu": cpu["workers"],
-        "pg_cpu": cpu["pg-bench"],
-        "pg_shared_cpu": cpu["pg-shared"],
-        "other_cpu": cpu["other"],
         "quiet_wait": quiet_wait,
-        "rss_mb": max(hwm.values()) / 1024,
         "claim_batch": n / claims,
         "finish_batch": n / finishes,
     }
-
-
-def clean(run: Callable[[], Result], retries: int) -> Result:
-    """worker.py's clean_run for any run: rerun while other processes used over 5 %."""
-    for _attempt in range(retries + 1):
-        r = run()
-        if r["other_cpu"] <= 0.05 * r["wall"] * (os.cpu_count() or 1):
-            return r
-        say(
-            f"  (noisy run discarded: other processes used {r['other_cpu']:.2f} CPU s in "
-            f"{r['wall']:.2f}s; {ours.loadavg()})"
-        )
-    r["noisy"] = 1.0
-    return r
 
 
 # -- latency ------------------------------------------------------------------
@@ -402,8 +346,8 @@ def main() -> None:
     started = time.monotonic()
 
     # worker.py waits up to 5 minutes for a quiet machine; on a shared one that
-    # would dominate the run. Its functions look the name up when called.
-    ours.wait_until_quiet = functools.partial(ours.wait_until_quiet, timeout=args.quiet_timeout)
+    # would dominate the run.
+    ours.QUIET_TIMEOUT_SECONDS = args.quiet_timeout
 
     version = ensure_pgqueuer_venv(args.pgqueuer_spec)
     ours.ensure_database(args.database_url)
@@ -454,7 +398,9 @@ def main() -> None:
 
     def pgq_measure(processes: int, batch: int | None) -> Result:
         runs = [
-            clean(lambda: pgq_throughput_run(n, processes, batch, db, penv), args.retries)
+            ours.rerun_if_noisy(
+                lambda: pgq_throughput_run(n, processes, batch, db, penv), args.retries
+            )
             for _ in range(args.repeat)
         ]
         med = median_of(runs)
