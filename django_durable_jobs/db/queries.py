@@ -2,6 +2,8 @@
 
 SQL lives in a ``.sql`` file so it reads (and diffs) as SQL; a header line
 ``-- name --`` starts each query, the comment lines after it describe it.
+A name starting with ``_`` is a fragment, not a query: a line ``<<_name>>``
+in a query stands for it (the claim queries share their UPDATE that way).
 Only the gateway (``db/__init__.py``) runs them.
 """
 
@@ -11,6 +13,7 @@ import re
 from importlib import resources
 
 _HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$")
+_INCLUDE = re.compile(r"^\s*<<(_[a-z0-9_]+)>>\s*$", re.MULTILINE)
 
 
 def parse_queries(text: str) -> dict[str, str]:
@@ -34,7 +37,19 @@ def parse_queries(text: str) -> dict[str, str]:
         if not sql:
             raise ValueError(f"query {name!r} is empty")
         parsed[name] = sql.rstrip(";").rstrip()
-    return parsed
+    fragments = {name: sql for name, sql in parsed.items() if name.startswith("_")}
+
+    def include(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in fragments:
+            raise ValueError(f"fragment {name!r} is not defined")
+        return fragments[name]
+
+    return {
+        name: _INCLUDE.sub(include, sql)
+        for name, sql in parsed.items()
+        if not name.startswith("_")
+    }
 
 
 QUERIES: dict[str, str] = parse_queries(

@@ -102,6 +102,30 @@ notified AS (
 SELECT count(*), now()
 FROM inserted CROSS JOIN notified;
 
+-- _claimed --
+-- The claim queries' end (a fragment, see queries.py): after a CTE `candidates` of the ids to claim, mark them running, count the attempt, take a lease with a fresh token, and return the jobs in claim order.
+claimed AS (
+    UPDATE durable_jobs_job AS job
+    SET status = 'running',
+        attempts = job.attempts + 1,
+        started_at = now(),
+        updated_at = now(),
+        lease_holder = %(worker_id)s,
+        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s::float8),
+        lease_token = gen_random_uuid()
+    FROM candidates
+    WHERE job.id = candidates.id
+    RETURNING job.id, job.type, job.queue, job.payload, job.attempts, job.max_attempts,
+        job.lease_token, job.available_at, job.started_at, job.idempotency_key, job.timeout,
+        job.priority, job.created_at
+)
+-- An UPDATE returns its rows in join order, not the claim's: sorted again,
+-- so the worker starts a batch claimed ahead in claim order.
+SELECT id, type, queue, payload, attempts, max_attempts, lease_token, available_at,
+    started_at, idempotency_key, timeout
+FROM claimed
+ORDER BY priority DESC, available_at, created_at;
+
 -- claim_jobs --
 -- Claim up to %(limit)s runnable jobs from any queue: mark them running, count the attempt, and take a lease with a fresh token.
 WITH candidates AS MATERIALIZED (
@@ -113,19 +137,8 @@ WITH candidates AS MATERIALIZED (
     ORDER BY priority DESC, available_at, created_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
-UPDATE durable_jobs_job AS job
-SET status = 'running',
-    attempts = job.attempts + 1,
-    started_at = now(),
-    updated_at = now(),
-    lease_holder = %(worker_id)s,
-    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s::float8),
-    lease_token = gen_random_uuid()
-FROM candidates
-WHERE job.id = candidates.id
-RETURNING job.id, job.type, job.queue, job.payload, job.attempts, job.max_attempts,
-    job.lease_token, job.available_at, job.started_at, job.idempotency_key, job.timeout;
+),
+<<_claimed>>
 
 -- claim_jobs_in_queues --
 -- Claim up to %(limit)s runnable jobs from the given queues; otherwise the same as claim_jobs.
@@ -136,19 +149,8 @@ WITH candidates AS MATERIALIZED (
     ORDER BY priority DESC, available_at, created_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
-UPDATE durable_jobs_job AS job
-SET status = 'running',
-    attempts = job.attempts + 1,
-    started_at = now(),
-    updated_at = now(),
-    lease_holder = %(worker_id)s,
-    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s::float8),
-    lease_token = gen_random_uuid()
-FROM candidates
-WHERE job.id = candidates.id
-RETURNING job.id, job.type, job.queue, job.payload, job.attempts, job.max_attempts,
-    job.lease_token, job.available_at, job.started_at, job.idempotency_key, job.timeout;
+),
+<<_claimed>>
 
 -- claim_jobs_per_queue --
 -- Claim up to limits[i] runnable jobs from queues[i], for each i, in one statement (%(total)s is the sum of the limits): a worker with slots per queue asks each queue for its own free slots, so a busy queue cannot take another's. Otherwise the same as claim_jobs.
@@ -170,19 +172,8 @@ WITH candidates AS MATERIALIZED (
     -- the planner how few rows come out, so the UPDATE finds them by primary
     -- key instead of hashing a scan of the whole table.
     LIMIT %(total)s
-)
-UPDATE durable_jobs_job AS job
-SET status = 'running',
-    attempts = job.attempts + 1,
-    started_at = now(),
-    updated_at = now(),
-    lease_holder = %(worker_id)s,
-    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s::float8),
-    lease_token = gen_random_uuid()
-FROM candidates
-WHERE job.id = candidates.id
-RETURNING job.id, job.type, job.queue, job.payload, job.attempts, job.max_attempts,
-    job.lease_token, job.available_at, job.started_at, job.idempotency_key, job.timeout;
+),
+<<_claimed>>
 
 -- record_outcomes --
 -- Record the outcomes of a batch of attempts in one statement: each row's transition (complete, retry, dead, release) says what it writes. Each outcome is fenced by its claim's lease token: an outcome from a worker whose lease was reaped (and maybe claimed again) matches no row and changes nothing. Returns the ids written.

@@ -16,7 +16,8 @@ States, and who records the attempt's outcome in each::
                  │              TIMED_OUT              is dropped)
                  │              the watchdog's failed attempt; the thread keeps
                  │              its slot until it returns, its outcome dropped
-                 └──release (shutdown, from CLAIMED or RUNNING)──> RELEASED:
+                 └──release (shutdown: at once from CLAIMED, at the end
+                    of the grace period from RUNNING)──> RELEASED:
                                 the shutdown's release; a late outcome dropped
 
 An attempt leaves the table once nothing more can happen to it: its
@@ -329,6 +330,20 @@ class AttemptTable:
             for attempt in self._attempts.values():
                 attempt.holds_slot = False
             released = [a for a in self._attempts.values() if a.state in HANDLER_OWNS]
+            for attempt in released:
+                attempt.state = State.RELEASED
+                attempt.outcome_unwritten = True
+                attempt.cancel.set()
+            return released
+
+    def release_unstarted(self) -> list[Attempt]:
+        """A stop: give back the attempts claimed ahead that no thread has begun.
+
+        Their slots stay taken until a thread takes each from its queue and
+        finds it released (``begin`` refuses it, ``returned`` frees the slot).
+        """
+        with self.lock:
+            released = [a for a in self._attempts.values() if a.state is State.CLAIMED]
             for attempt in released:
                 attempt.state = State.RELEASED
                 attempt.outcome_unwritten = True

@@ -262,10 +262,6 @@ class Worker:
             self._stopping = True
             self._wake_locked()
 
-    def _wake(self) -> None:
-        with self._cond:
-            self._wake_locked()
-
     def _wake_locked(self) -> None:
         self._woken = True
         self._cond.notify_all()
@@ -309,14 +305,11 @@ class Worker:
                 self._shrink_quiet_groups(now)
                 notified, self._notified = self._notified, False
                 due = notified or now >= next_poll
-                # Each group with free slots asks for that many jobs: at a
-                # poll or a notification, or at once if its last claim was full.
-                asks = [
-                    (group, group.free())
-                    for group in self._groups
-                    if group.free() > 0 and (due or group.more_waiting)
-                ]
-                free = sum(group.free() for group in self._groups)
+                # Each group with room (free slots, and its claim-ahead
+                # buffer: pool.py) asks for that many jobs: at a poll or a
+                # notification, or at once if its last claim was full.
+                wanting = [group for group in self._groups if group.wants_claim()]
+                asks = [(group, group.room()) for group in wanting if due or group.more_waiting]
                 shrink_at = min(
                     (t for g in self._groups if (t := g.next_shrink_at()) is not None),
                     default=None,
@@ -357,7 +350,7 @@ class Worker:
                 if self._retry_due is not None:
                     next_poll = min(next_poll, self._retry_due)
                     self._retry_due = None
-            timeout = max(0.0, next_poll - now) if free > 0 else None
+            timeout = max(0.0, next_poll - now) if wanting else None
             if shrink_at is not None:
                 # Wake to stop unused slots even when nothing else happens.
                 until_shrink = max(0.0, shrink_at - now)
@@ -515,7 +508,27 @@ class Worker:
                 "Outcome of job %s dropped: its lease was lost or released (%s)",
                 job.id, outcome.transition.value, extra={"job_id": str(job.id)},
             )  # fmt: skip
-        self._wake()
+        self._slot_freed(attempt, None if outcome is None else duration)
+
+    def _slot_freed(self, attempt: Attempt | None, duration: float | None) -> None:
+        """A handler thread is free again: wake the loop only if it now has work.
+
+        That is a claim to make (the group has room), or a stop, a recycle
+        or the end of a burst to see; not once per job, which would cost the
+        loop a wake-up (and the handler threads the GIL) for every job.
+        """
+        with self._cond:
+            group = None if attempt is None else attempt.group
+            if group is not None and duration is not None:
+                group.attempt_took(duration)
+            if (
+                group is None
+                or group.wants_claim()
+                or self._stopping
+                or self._recycle
+                or not any(g.running for g in self._groups)
+            ):
+                self._wake_locked()
 
     # -- callbacks from the other threads --------------------------------
 
@@ -595,6 +608,8 @@ class Worker:
         if self.scheduler is not None:
             self.scheduler.stop()  # first: a stopping worker enqueues nothing new
         deadline = time.monotonic() + (c.grace_period if self._stopping else 0)
+        # Claimed ahead and not started: given back now, never run.
+        self._release(self.attempts.release_unstarted(), "not started yet")
         running = self.attempts.in_flight()
         if running and self._stopping:
             logger.info("Waiting up to %ss for %s in-flight job(s)", c.grace_period, running)
@@ -612,14 +627,7 @@ class Worker:
             # finds its attempt released and counts nothing.
             for group in self._groups:
                 group.running = 0
-        for attempt in leftover:
-            job = attempt.job
-            metrics.record_released(job)
-            logger.warning(
-                "Releasing job %s type=%s: still running at the end of the grace period",
-                job.id, job.type, extra={"job_id": str(job.id), "job_type": job.type},
-            )  # fmt: skip
-            self.completer.submit(release(job.id, job.lease_token))
+        self._release(leftover, "still running at the end of the grace period")
         if not self.completer.stop(timeout=15.0):
             logger.error("Some outcomes could not be recorded; the reaper will retry those jobs")
         with self._lock:
@@ -635,6 +643,16 @@ class Worker:
             "Worker stopped worker=%s claimed=%s", c.worker_id, self.claimed,
             extra={"worker_id": c.worker_id},
         )  # fmt: skip
+
+    def _release(self, attempts: list[Attempt], why: str) -> None:
+        for attempt in attempts:
+            job = attempt.job
+            metrics.record_released(job)
+            logger.warning(
+                "Releasing job %s type=%s: %s",
+                job.id, job.type, why, extra={"job_id": str(job.id), "job_type": job.type},
+            )  # fmt: skip
+            self.completer.submit(release(job.id, job.lease_token))
 
     def healthy(self, now: float | None = None) -> bool:
         """For ``/healthz``: the loop runs, its last claim worked, and the

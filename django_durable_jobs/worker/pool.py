@@ -15,6 +15,16 @@ quiet period. A slot is stopped only while idle: the group puts a stop
 marker in its job queue, which the next idle thread takes and exits on; a
 thread that runs a job finishes it first.
 
+A group also *claims ahead*, while its jobs are short: besides one job per
+slot it keeps up to ``size`` more claimed and waiting in its queue, so a
+thread that finishes a job takes the next at once instead of waiting for a
+claim's round trip (the claim runs while the slots work). Only while the
+recent attempts took at most ``CLAIM_AHEAD_MAX_SECONDS`` on average: a job
+waits in the buffer for about one job's duration, and jobs that take long
+are never held back from other workers. A buffered job holds a lease (the
+heartbeat extends it), its time limit counts from its start, and a
+stopping worker gives it back uncounted without running it.
+
 The group's state is guarded by the worker's lock; the methods here do
 not lock.
 """
@@ -42,6 +52,12 @@ __all__ = [
 
 #: Seconds a slot may stay unused before an elastic group stops it.
 SCALE_DOWN_AFTER_SECONDS = 30.0
+#: Claim ahead only while the recent attempts took at most this long on average.
+CLAIM_AHEAD_MAX_SECONDS = 0.05
+#: The most jobs a group keeps claimed beyond its slots.
+CLAIM_AHEAD_LIMIT = 256
+# Weight of the newest attempt in the running mean of durations.
+_DURATION_WEIGHT = 0.2
 
 
 class SlotGroup:
@@ -68,6 +84,10 @@ class SlotGroup:
         self.running = 0
         #: The last claim for this group filled every slot it asked for.
         self.more_waiting = True
+        #: Claimed jobs that may wait for a thread beyond one per slot.
+        self.ahead = 0
+        #: Running mean of the attempts' durations (None before the first).
+        self.mean_duration: float | None = None
         self._started = 0
         self._threads: list[threading.Thread] = []
         # The quiet-period window: when it began, and the most slots in use since.
@@ -80,7 +100,28 @@ class SlotGroup:
             self._add_thread()
 
     def free(self) -> int:
+        """Slots without a job, claimed or running."""
         return max(0, self.size - self.running)
+
+    def room(self) -> int:
+        """How many jobs a claim may ask for now: the free slots and the buffer's room."""
+        return max(0, self.size + self.ahead - self.running)
+
+    def wants_claim(self) -> bool:
+        """A slot is free, or the buffer is at least half empty (claims come in batches)."""
+        return self.room() > self.ahead // 2
+
+    def attempt_took(self, seconds: float) -> None:
+        """An attempt's duration, for the rule that decides whether to claim ahead."""
+        mean = self.mean_duration
+        mean = seconds if mean is None else mean + _DURATION_WEIGHT * (seconds - mean)
+        self.mean_duration = mean
+        if mean > CLAIM_AHEAD_MAX_SECONDS:
+            self.ahead = 0
+        else:
+            # About CLAIM_AHEAD_MAX_SECONDS of work for the slots, within bounds.
+            work = self.size * CLAIM_AHEAD_MAX_SECONDS / max(mean, 1e-6)
+            self.ahead = int(min(max(self.size, work), CLAIM_AHEAD_LIMIT))
 
     def claimed(self, asked: int, got: int, now: float) -> bool:
         """Account for a claim of ``got`` jobs out of ``asked``; grow if it was full.
@@ -109,7 +150,8 @@ class SlotGroup:
         if now - self._window_start < self.scale_down_after:
             return 0
         # Never below what runs now: each stop marker needs an idle thread.
-        keep = max(self.slots.minimum, self._peak, self.running)
+        # (Claimed-ahead jobs count in ``running`` but need no slot of their own.)
+        keep = min(self.size, max(self.slots.minimum, self._peak, self.running))
         stopped = self.size - keep
         for _ in range(stopped):
             self.jobs.put(None)

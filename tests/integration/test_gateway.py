@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from django_durable_jobs import db, enqueue, enqueue_many
 from django_durable_jobs.backoff import RetryPolicy
@@ -104,3 +105,34 @@ def test_next_available_at_reads_the_soonest_pending_job() -> None:
     enqueue("tests.record", queue="b", delay=timedelta(seconds=10))
     assert db.next_available_at("default", {"a"}) == soon.available_at
     assert db.next_available_at("default", None) < soon.available_at  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("queues", [None, ["default", "emails"]])
+def test_a_claimed_batch_comes_back_in_claim_order(queues: list[str] | None) -> None:
+    # An UPDATE returns rows in join order; the worker starts a claimed-ahead
+    # batch in the order the claim returns it, so the claim sorts it.
+    past = timezone.now() - timedelta(minutes=1)
+    rows = [
+        {
+            "type": "tests.record",
+            "priority": i % 3,
+            "queue": ("default", "emails")[i % 2],
+            # Distinct times: one enqueue_many gives its rows one now().
+            "run_at": past + timedelta(milliseconds=i * 7 % 60),
+        }
+        for i in range(60)
+    ]
+    ids = [result.job.pk for result in enqueue_many(rows)]
+    expected = list(
+        Job.objects.filter(pk__in=ids)
+        .order_by("-priority", "available_at", "created_at")
+        .values_list("pk", flat=True)
+    )
+    if queues is None:
+        claimed = db.claim("default", worker_id="w", lease_seconds=30, limit=60)
+        assert [job.id for job in claimed] == expected
+    else:
+        claimed = db.claim_per_queue(
+            "default", worker_id="w", lease_seconds=30, limits=[(q, 30) for q in queues]
+        )
+        assert [job.id for job in claimed] == expected

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 from unittest import mock
@@ -25,6 +26,7 @@ from django_durable_jobs.worker import Worker, WorkerConfig
 from django_durable_jobs.worker.attempts import State
 from django_durable_jobs.worker.maintenance import REAPER_LOCK_KEY, Maintenance
 from django_durable_jobs.worker.outcomes import release
+from django_durable_jobs.worker.pool import CLAIM_AHEAD_LIMIT
 from tests.factories import (
     RunningWorker,
     burst,
@@ -197,7 +199,10 @@ def test_priority_order_then_oldest_first() -> None:
     normal = enqueue("tests.record").job
     drain(concurrency=1)
     order = list(Execution.objects.order_by("at", "id").values_list("job_id", flat=True))
-    assert order == [first.pk, second.pk, normal.pk, low.pk]
+    names = {first.pk: "first", second.pk: "second", normal.pk: "normal", low.pk: "low"}
+    assert [names.get(i, i) for i in order] == ["first", "second", "normal", "low"], list(
+        Execution.objects.order_by("at", "id").values_list("job_id", "at", "worker")
+    )
 
 
 def test_delayed_jobs_do_not_run_early() -> None:
@@ -229,8 +234,9 @@ def test_workers_serve_only_their_queues() -> None:
     assert Job.objects.get(pk=reports.pk).status == JobStatus.COMPLETED
 
 
-def test_never_claims_more_than_free_slots() -> None:
-    enqueue_many([{"type": "tests.record", "payload": {"sleep": 0.05}}] * 30)
+def test_jobs_that_take_long_are_claimed_only_into_free_slots() -> None:
+    # 0.1 s each: above CLAIM_AHEAD_MAX_SECONDS, so no job waits claimed for a thread.
+    enqueue_many([{"type": "tests.record", "payload": {"sleep": 0.1}}] * 30)
     sizes: list[int] = []
     original = gateway.claim
 
@@ -244,6 +250,45 @@ def test_never_claims_more_than_free_slots() -> None:
         drain(concurrency=3)
     assert sum(sizes) == 30
     assert max(sizes) <= 3
+
+
+def test_short_jobs_are_claimed_ahead_within_the_buffer_s_bound() -> None:
+    enqueue_many([{"type": "tests.record"}] * 600)
+    limits: list[int] = []
+    original = gateway.claim
+
+    def spy(using: str, **params: Any) -> list[ClaimedJob]:
+        limits.append(params["limit"])
+        return original(using, **params)
+
+    with mock.patch.object(gateway, "claim", spy):
+        drain(concurrency=2)
+    assert Job.objects.filter(status=JobStatus.COMPLETED, attempts=1).count() == 600
+    assert limits[0] == 2  # nothing known about the jobs yet: the free slots only
+    assert max(limits) > 2  # then ahead of the slots
+    assert max(limits) <= 2 + CLAIM_AHEAD_LIMIT
+
+
+def test_jobs_claimed_ahead_are_given_back_uncounted_at_a_stop_and_never_run() -> None:
+    name = f"ahead-{uuid.uuid4().hex}"
+    short = enqueue_many([{"type": "tests.record", "priority": 10}] * 5)
+    blocker = enqueue("tests.gated", {"gate": name}, priority=5).job
+    behind = [r.job.pk for r in enqueue_many([{"type": "tests.record"}] * 10)]
+    running = RunningWorker(config(burst=False, grace_period=0.2, concurrency=1))
+    try:
+        wait_until(lambda: Execution.objects.filter(job_id=blocker.pk).exists(), what="blocker")
+        # The short jobs taught the worker to claim ahead: the ten wait in its buffer.
+        wait_until(
+            lambda: Job.objects.filter(pk__in=behind, status=JobStatus.RUNNING).count() == 10,
+            what="the jobs behind the blocker to be claimed ahead",
+        )
+        running.stop()
+    finally:
+        gate(name).set()
+    assert Job.objects.filter(pk__in=[r.job.pk for r in short], status="completed").count() == 5
+    assert not Execution.objects.filter(job_id__in=behind).exists()
+    for job in Job.objects.filter(pk__in=[*behind, blocker.pk]):
+        assert (job.status, job.attempts, job.lease_token) == (JobStatus.PENDING, 0, None)
 
 
 # --- fencing, leases, reaper ------------------------------------------------
@@ -441,10 +486,24 @@ def test_call_command_options_are_validated_like_the_command_line() -> None:
     assert Job.objects.get().status == JobStatus.COMPLETED
 
 
-def test_the_worker_runs_the_system_checks_but_not_the_url_checks(
+@pytest.fixture
+def broken_admin_check() -> Iterator[None]:
+    """An admin check that fails: what a worker must not run."""
+    from django.core import checks
+
+    def broken_admin(**kwargs: object) -> list[checks.CheckMessage]:
+        return [checks.Error("an admin misconfigured on purpose", id="tests.E001")]
+
+    checks.register(broken_admin, checks.Tags.admin)
+    yield
+    checks.registry.registry.registered_checks.discard(broken_admin)
+
+
+@pytest.mark.usefixtures("broken_admin_check")
+def test_the_worker_runs_the_system_checks_but_not_the_url_or_admin_checks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """It never serves a URL: importing the URLconf would cost start-up and memory."""
+    """It never serves a URL or an admin page: their checks would cost start-up and memory."""
     from django.core.management import call_command
     from django.core.management.base import SystemCheckError
     from django.db import connections
@@ -455,6 +514,8 @@ def test_the_worker_runs_the_system_checks_but_not_the_url_checks(
     monkeypatch.setitem(vars(connections["sqlite"].features), "supports_json_field", True)
 
     enqueue("tests.record")
+    with pytest.raises(SystemCheckError, match=r"tests\.E001"):
+        call_command("check", tags=["admin"])
     with override_settings(ROOT_URLCONF="tests.testapp.broken_urls"):
         with pytest.raises(ImportError, match="broken on purpose"):
             call_command("check")  # Django's URL check imports the URLconf

@@ -6,7 +6,13 @@ import threading
 
 import pytest
 
-from django_durable_jobs.worker.pool import SlotGroup, Slots, check_queue_slots
+from django_durable_jobs.worker.pool import (
+    CLAIM_AHEAD_LIMIT,
+    CLAIM_AHEAD_MAX_SECONDS,
+    SlotGroup,
+    Slots,
+    check_queue_slots,
+)
 from tests.factories import wait_until
 
 
@@ -155,3 +161,58 @@ def test_slots() -> None:
         "emails": Slots(4, 4),
         "hooks": Slots(1, 8),
     }
+
+
+def test_a_group_claims_only_into_free_slots_until_it_knows_its_jobs_are_short(
+    groups: list[SlotGroup],
+) -> None:
+    group = make(groups, 4, 4)
+    assert (group.ahead, group.room()) == (0, 4)
+    group.claimed(4, 4, now=1.0)
+    assert not group.wants_claim()
+    group.finished()
+    assert group.wants_claim()  # a free slot, no buffer: claim one
+
+
+def test_short_jobs_make_a_group_claim_ahead_about_fifty_ms_of_work_within_a_limit(
+    groups: list[SlotGroup],
+) -> None:
+    group = make(groups, 4, 4)
+    group.attempt_took(0.010)  # 4 slots x 50 ms / 10 ms: 20 ahead
+    assert (group.ahead, group.room()) == (20, 24)
+    group.attempt_took(0.010)
+    for _ in range(50):
+        group.attempt_took(0.000_01)  # no-op jobs: capped
+    assert group.ahead == CLAIM_AHEAD_LIMIT
+    group.claimed(group.room(), group.room(), now=1.0)
+    assert group.free() == 0 and group.room() == 0
+    # Claims come in batches: not until half of the buffer is used.
+    for _ in range(CLAIM_AHEAD_LIMIT // 2):
+        group.finished()
+    assert not group.wants_claim()
+    group.finished()
+    assert group.wants_claim()
+    assert group.room() == CLAIM_AHEAD_LIMIT // 2 + 1
+
+
+def test_long_jobs_turn_claiming_ahead_off(groups: list[SlotGroup]) -> None:
+    group = make(groups, 4, 4)
+    group.attempt_took(0.001)
+    assert group.ahead > 0
+    group.attempt_took(CLAIM_AHEAD_MAX_SECONDS * 10)  # the running mean passes the bound
+    assert group.mean_duration is not None and group.mean_duration > CLAIM_AHEAD_MAX_SECONDS
+    assert (group.ahead, group.room()) == (0, 4)
+
+
+def test_claimed_ahead_jobs_never_make_a_quiet_group_stop_more_slots_than_it_has(
+    groups: list[SlotGroup],
+) -> None:
+    group = make(groups, 1, 3, quiet=10.0)
+    group.claimed(1, 1, now=1.0)
+    group.claimed(1, 1, now=1.0)
+    assert group.size == 3
+    group.attempt_took(0.001)
+    group.claimed(group.room(), group.room(), now=1.0)  # more running than slots
+    assert group.running > group.size
+    assert group.shrink_if_quiet(now=100.0) == 0
+    assert group.size == 3

@@ -34,6 +34,30 @@ def test_an_empty_query_is_an_error() -> None:
         parse_queries("-- a --\n-- only a description\n")
 
 
+def test_a_fragment_stands_in_for_its_include_line_and_is_not_a_query() -> None:
+    text = """-- _tail --
+-- shared
+FROM t
+WHERE x;
+-- one --
+SELECT a
+<<_tail>>;
+-- two --
+SELECT b
+    <<_tail>>
+ORDER BY b;
+"""
+    assert parse_queries(text) == {
+        "one": "SELECT a\nFROM t\nWHERE x",
+        "two": "SELECT b\nFROM t\nWHERE x\nORDER BY b",
+    }
+
+
+def test_an_unknown_fragment_is_an_error() -> None:
+    with pytest.raises(ValueError, match="_missing"):
+        parse_queries("-- a --\nSELECT 1\n<<_missing>>;\n")
+
+
 def test_every_query_is_used_by_the_package() -> None:
     package = Path(django_durable_jobs.__file__).parent
     source = "\n".join(
