@@ -4,7 +4,7 @@ Run on demand, never in the test suite (machines here are shared and noisy):
 
     .venv/bin/python benchmarks/worker.py [--database-url URL] [-n 20000] [--repeat 3]
         [--concurrency 1,4,16,32,64] [--include-8] [--two-process-concurrency C]
-        [--skip-throughput] [--skip-latency] [--profile]
+        [--finished-rows 1000000,10000000] [--skip-throughput] [--skip-latency] [--profile]
 
 Workers are real ``runjobworker`` subprocesses of the example project, run with
 ``benchmarks/bench_settings.py`` (the example settings, logging WARNING and up:
@@ -26,6 +26,12 @@ The machine is shared: each run waits for a quiet second first, and accounts
 for the CPU used meanwhile by the workers, by PostgreSQL and by everything
 else (from /proc); a run during which everything else used over 5% of the
 machine is discarded and rerun (``--retries``), and said so in the output.
+
+Big table (``--finished-rows``): the same throughput run, one worker at the
+default concurrency, first on an empty table, then with each given number of
+finished jobs (``bench.finished``, filled by SQL, completed over the last
+day, one in fifty dead) left in the table between runs: a queue must not
+slow down as its history grows.
 
 Latency: one worker at default settings, not in burst mode; the benchmark
 enqueues single jobs with ``enqueue()`` (autocommit) at ``--rate`` per second
@@ -115,8 +121,51 @@ def sql(query: str, params: list[object] | None = None) -> list[tuple[object, ..
         return cursor.fetchall() if cursor.description else []
 
 
-def reset() -> None:
-    sql("TRUNCATE durable_jobs_job")
+#: The finished jobs of ``--finished-rows``: a type no worker serves, kept between runs.
+FILLER_TYPE = "bench.finished"
+
+
+def reset(keep_finished: bool = False) -> None:
+    if keep_finished:
+        sql("DELETE FROM durable_jobs_job WHERE type <> %s", [FILLER_TYPE])
+    else:
+        sql("TRUNCATE durable_jobs_job")
+
+
+def fill_finished(rows: int) -> None:
+    """Make the table hold ``rows`` finished jobs (completed and, one in fifty, dead).
+
+    Written by SQL in chunks (10 M jobs through ``enqueue_many`` would take
+    far longer than the runs): the same columns a real finished job has,
+    created and completed over the last day, so that retention (7 days) never
+    prunes them during a run, and with a short result.
+    """
+    ((have,),) = sql("SELECT count(*) FROM durable_jobs_job WHERE type = %s", [FILLER_TYPE])
+    if have > rows:
+        sql("TRUNCATE durable_jobs_job")
+        have = 0
+    chunk = 500_000
+    while have < rows:
+        count = min(chunk, rows - have)
+        sql(
+            """
+            INSERT INTO durable_jobs_job (
+                id, type, queue, payload, status, priority, attempts, max_attempts,
+                available_at, created_at, updated_at, started_at, completed_at,
+                last_error, errors, result
+            )
+            SELECT gen_random_uuid(), %s, 'default', jsonb_build_object('i', g),
+                CASE WHEN g %% 50 = 0 THEN 'dead' ELSE 'completed' END, 0, 1, 5,
+                t, t, t + interval '1 ms', t, t + interval '1 ms',
+                '', '[]'::jsonb, '{"ok": true}'::jsonb
+            FROM generate_series(%s, %s) AS g,
+                LATERAL (SELECT now() - interval '1 day' * random() AS t) AS times
+            """,
+            [FILLER_TYPE, have, have + count - 1],
+        )
+        have += count
+        print(f"  {have:,} finished jobs in the table", flush=True)
+    sql("VACUUM ANALYZE durable_jobs_job")
 
 
 def fill(n: int) -> None:
@@ -339,16 +388,24 @@ def watch_processes(
 
 
 def throughput_run(
-    n: int, processes: int, concurrency: int | None, env: dict[str, str]
+    n: int,
+    processes: int,
+    concurrency: int | None,
+    env: dict[str, str],
+    keep_finished: bool = False,
 ) -> dict[str, float]:
-    reset()
+    reset(keep_finished)
     fill(n)
     quiet_wait = wait_until_quiet()
     ((db_start, database),) = sql("SELECT clock_timestamp(), current_database()")
 
     def done() -> bool:
-        ((completed,),) = sql("SELECT count(*) FROM durable_jobs_job WHERE status = 'completed'")
-        return completed >= n
+        # No pending or running job left (the claim and lease indexes answer
+        # this at once, however many finished jobs the table holds).
+        ((left,),) = sql(
+            "SELECT count(*) FROM durable_jobs_job WHERE status IN ('pending', 'running')"
+        )
+        return left == 0
 
     watched = watch_processes(
         [worker_command(concurrency, burst=True)] * processes,
@@ -360,14 +417,16 @@ def throughput_run(
     ((span, first_claim_delay, completed),) = sql(
         "SELECT extract(epoch FROM max(completed_at) - min(started_at)),"
         " extract(epoch FROM min(started_at) - %s), count(*) FILTER (WHERE status = 'completed')"
-        " FROM durable_jobs_job",
-        [db_start],
+        " FROM durable_jobs_job WHERE type = %s",
+        [db_start, TYPE],
     )
     assert completed == n, completed
     # Every claim (and every record_outcomes batch) is one transaction, whose
     # now() all its rows share: distinct timestamps count the statements.
     ((claims, finishes),) = sql(
         "SELECT count(DISTINCT started_at), count(DISTINCT completed_at) FROM durable_jobs_job"
+        " WHERE type = %s",
+        [TYPE],
     )
     return {
         **watched,
@@ -456,6 +515,42 @@ def throughput(args: argparse.Namespace, env: dict[str, str]) -> None:
         f"machine during wall; RSS: peak VmHWM of one worker. The count poll took "
         f"{statistics.mean(r['poll_ms'] for r in results.values()):.1f} ms on average."
     )
+
+
+# -- a big table of finished jobs ---------------------------------------------
+
+
+def big_table(args: argparse.Namespace, env: dict[str, str]) -> None:
+    """Throughput at the default concurrency with 0, then each of ``--finished-rows``
+    finished jobs already in the table (filled once, kept between runs)."""
+    n = args.n
+    print(f"\n== With finished jobs in the table: {n:,} {TYPE} jobs, one worker at the defaults,"
+          f" median of {args.repeat} ({loadavg()})")  # fmt: skip
+    print(f"{'finished rows':>14}{'jobs/s wall':>12}{'jobs/s span':>12}{'wrk CPU':>8}{'pg CPU':>7}"
+          f"{'claim':>6}{'finish':>7}  runs (jobs/s wall|span)")  # fmt: skip
+    for rows in [0, *args.finished_rows]:
+        started = time.monotonic()
+        fill_finished(rows)
+        if rows:
+            print(f"  (filled in {time.monotonic() - started:.0f} s)", flush=True)
+        throughput_run(min(n, 5_000), 1, None, env, keep_finished=True)  # warm-up
+        runs = [
+            rerun_if_noisy(
+                lambda: throughput_run(n, 1, None, env, keep_finished=True), args.retries
+            )
+            for _ in range(args.repeat)
+        ]
+        med = {key: statistics.median(r[key] for r in runs) for key in runs[0] if key != "noisy"}
+        detail = ", ".join(
+            f"{n / r['wall']:,.0f}|{n / r['span']:,.0f}{'*' if r.get('noisy') else ''}"
+            for r in runs
+        )
+        print(
+            f"{rows:>14,}{n / med['wall']:>12,.0f}{n / med['span']:>12,.0f}"
+            f"{med['worker_cpu']:>8.2f}{med['pg_cpu'] + med['pg_shared_cpu']:>7.2f}"
+            f"{med['claim_batch']:>6.1f}{med['finish_batch']:>7.1f}  {detail}",
+            flush=True,
+        )
 
 
 # -- latency -----------------------------------------------------------------
@@ -752,6 +847,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0, help="latency: jobs per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="latency: how long")
     parser.add_argument("--latency-repeat", type=int, default=3)
+    parser.add_argument(
+        "--finished-rows", default=[],
+        type=lambda v: [int(x.replace("_", "")) for x in v.split(",") if x],
+        help="also measure with these many finished jobs in the table, e.g. 1000000,10000000",
+    )  # fmt: skip
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--profile", action="store_true", help="profile one worker with py-spy")
@@ -769,6 +869,8 @@ def main() -> None:
     try:
         if not args.skip_throughput:
             throughput(args, env)
+        if args.finished_rows:
+            big_table(args, env)
         if not args.skip_latency:
             latency(args, env)
         if args.profile:

@@ -18,6 +18,7 @@ from django.db import transaction
 
 from . import db, metrics
 from .exceptions import DurableJobsError, IdempotencyConflict, InvalidJob
+from .ids import new_job_id
 from .models import Job, JobStatus
 from .validation import Defaults, JobSpec, build_spec
 
@@ -153,7 +154,7 @@ def _insert(alias: str, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
     # inserts tens of thousands of jobs at a time.
     new_per_label: Counter[tuple[str, str]] | None = Counter() if metrics.ENABLED else None
     for _round in range(_MAX_RESOLVE_ROUNDS):
-        ids = [uuid.uuid4() for _ in todo]
+        ids = [new_job_id() for _ in todo]
         inserted = db.insert_jobs([specs[i] for i in todo], ids, using=alias)
         replays = []
         for index, job_id in zip(todo, ids, strict=True):

@@ -8,7 +8,6 @@ everywhere else.
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 
 from django.db import models
@@ -33,6 +32,7 @@ from .constants import (
     TYPE_INDEX,
     TYPE_MAX_LENGTH,
 )
+from .ids import new_job_id
 
 
 class JobStatus(models.TextChoices):
@@ -71,7 +71,8 @@ class JobQuerySet(models.QuerySet["Job"]):
 
 
 class Job(models.Model):
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # Time-ordered (ids.py): new rows go to the primary key's right edge.
+    id = models.UUIDField(primary_key=True, default=new_job_id, editable=False)
     type = models.CharField(
         _("type"), max_length=TYPE_MAX_LENGTH, help_text=_("Name of the registered handler.")
     )

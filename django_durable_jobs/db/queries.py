@@ -46,9 +46,7 @@ def parse_queries(text: str) -> dict[str, str]:
         return fragments[name]
 
     return {
-        name: _INCLUDE.sub(include, sql)
-        for name, sql in parsed.items()
-        if not name.startswith("_")
+        name: _INCLUDE.sub(include, sql) for name, sql in parsed.items() if not name.startswith("_")
     }
 
 
