@@ -10,6 +10,7 @@ from django.core import checks
 from django.db import connections, router
 
 from .conf import SETTINGS, SETTINGS_NAME
+from .flow import FlowError, parse_queues
 from .handlers import registry
 from .models import Job
 from .schedules import load_schedules
@@ -134,3 +135,21 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
                 )
             )
     return errors
+
+
+E008_HINT = "See docs/guides/flow-control.md for the QUEUES options."
+
+
+@checks.register(checks.Tags.compatibility)
+def check_queue_limits(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E008: every ``QUEUES`` entry reads as limits a worker can enforce."""
+    user = getattr(settings, SETTINGS_NAME, None)
+    if not isinstance(user, Mapping) or "QUEUES" not in user:
+        return []
+    if not SETTINGS["QUEUES"].is_valid(user["QUEUES"]):
+        return []  # E003 reports it; the entries cannot be read.
+    try:
+        parse_queues(user["QUEUES"])
+    except FlowError as exc:
+        return [checks.Error(str(exc), hint=E008_HINT, id="durable_jobs.E008")]
+    return []

@@ -127,6 +127,14 @@ def _schedules(value: Any) -> bool:
     )
 
 
+def _queues(value: Any) -> bool:
+    # The shape only: each entry's options are checked by durable_jobs.E008,
+    # which names the queue and the problem.
+    return isinstance(value, Mapping) and all(
+        isinstance(name, str) and isinstance(options, Mapping) for name, options in value.items()
+    )
+
+
 @dataclass(frozen=True)
 class Setting:
     default: Any
@@ -255,6 +263,13 @@ SETTINGS: dict[str, Setting] = {
         "None, or a dict mapping 'completed', 'cancelled' and 'dead' to a duration "
         "such as '7d' (or None to keep that status forever)",
         "How long workers keep finished jobs before pruning them; None turns pruning off.",
+    ),
+    "QUEUES": Setting(
+        {},
+        _queues,
+        "a dict mapping queue names to dicts such as {'rate_limit': '10/s', 'concurrency': 4}",
+        "Cluster-wide limits per queue: rate_limit (N/s, N/m, N/h starts in any window) and "
+        "concurrency (jobs running at once over all workers); checked by E008.",
     ),
     "SCHEDULES": Setting(
         {},

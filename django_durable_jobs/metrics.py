@@ -94,6 +94,12 @@ if prometheus_client is not None:
     REAPED = prometheus_client.Counter(
         "durable_jobs_reaped", "Expired leases reaped (jobs returned to pending or dead)."
     )
+    THROTTLED = prometheus_client.Counter(
+        "durable_jobs_throttled",
+        "Claims that held work back, by why: rate_limit, concurrency (the queue's), key "
+        "(a concurrency key at its limit) or paused.",
+        ["queue", "reason"],
+    )
     SLOTS = prometheus_client.Gauge(
         "durable_jobs_worker_slots",
         "Jobs this worker can run at once: its handler threads now (an elastic pool's "
@@ -181,6 +187,12 @@ def record_released(job: ClaimedJob) -> None:
 def record_unrecorded(count: int) -> None:
     if ENABLED and count:
         UNRECORDED.inc(count)
+
+
+def record_throttled(queue: str, reason: str, count: int = 1) -> None:
+    """A claim held back work of ``queue`` because of ``reason`` (see ``flow.THROTTLE_REASONS``)."""
+    if ENABLED and count:
+        THROTTLED.labels(queue, reason).inc(count)
 
 
 def record_reaped(count: int) -> None:

@@ -1,0 +1,127 @@
+"""Flow control's rules: the per-queue limits of ``DURABLE_JOBS["QUEUES"]``.
+
+``{"emails": {"rate_limit": "10/s", "concurrency": 4}}``: at most 10 starts
+of ``emails`` jobs in any one-second window, and at most 4 running at once,
+both counted over every worker. The worker enforces them in the claim
+(``db/``); this module only reads and checks the setting, so the system
+check, the worker, the REST API and the CLI agree on what it says.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .names import is_queue_name
+
+#: Window lengths a ``rate_limit`` may name.
+RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+#: The most starts one rate limit may allow per window: the claim keeps the
+#: start times of the window in one row, so this bounds that row.
+RATE_LIMIT_MAX = 10_000
+#: The most jobs of one queue the ``concurrency`` limit may allow.
+CONCURRENCY_MAX = 10_000
+QUEUE_OPTIONS = ("rate_limit", "concurrency")
+#: Why a claim held work back: the ``reason`` label of ``durable_jobs_throttled_total``.
+THROTTLE_REASONS = ("rate_limit", "concurrency", "key", "paused")
+
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*([smh])\s*$")
+
+
+class FlowError(ValueError):
+    """A ``QUEUES`` entry that cannot be read; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``count`` starts in any window of ``seconds``."""
+
+    count: int
+    seconds: float
+
+    def __str__(self) -> str:
+        unit = {1.0: "s", 60.0: "m", 3600.0: "h"}[self.seconds]
+        return f"{self.count}/{unit}"
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """A queue's cluster-wide limits; ``None``: not limited that way."""
+
+    rate_limit: RateLimit | None = None
+    concurrency: int | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.rate_limit is not None or self.concurrency is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        """For the REST API and the CLI: ``{"rate_limit": "10/s", "concurrency": 4}``."""
+        return {
+            "rate_limit": None if self.rate_limit is None else str(self.rate_limit),
+            "concurrency": self.concurrency,
+        }
+
+
+def parse_rate_limit(value: Any) -> RateLimit:
+    """``"10/s"``, ``"100/m"``, ``"1000/h"`` as a ``RateLimit``; ``FlowError`` otherwise."""
+    match = _RATE.match(value) if isinstance(value, str) else None
+    if match is None:
+        raise FlowError(f"rate_limit must read N/s, N/m or N/h (say '10/s'), got {value!r}")
+    count = int(match.group(1))
+    if not 1 <= count <= RATE_LIMIT_MAX:
+        raise FlowError(f"rate_limit must allow from 1 to {RATE_LIMIT_MAX} starts, got {value!r}")
+    return RateLimit(count, RATE_UNITS[match.group(2)])
+
+
+def parse_concurrency(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= CONCURRENCY_MAX:
+        raise FlowError(
+            f"concurrency must be an integer from 1 to {CONCURRENCY_MAX}, got {value!r}"
+        )
+    return value
+
+
+def parse_queues(value: Any) -> dict[str, QueueLimits]:
+    """The whole ``QUEUES`` setting; ``FlowError`` naming the first bad entry."""
+    if not isinstance(value, Mapping):
+        raise FlowError(f"QUEUES must be a dict of queue names to options, got {value!r}")
+    limits: dict[str, QueueLimits] = {}
+    for name, options in value.items():
+        if not isinstance(name, str) or not is_queue_name(name):
+            raise FlowError(f"QUEUES: {name!r} is not a valid queue name")
+        if not isinstance(options, Mapping):
+            raise FlowError(f"QUEUES[{name!r}] must be a dict of options, got {options!r}")
+        unknown = sorted(set(options) - set(QUEUE_OPTIONS))
+        if unknown:
+            raise FlowError(
+                f"QUEUES[{name!r}]: unknown option(s) {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(QUEUE_OPTIONS)}"
+            )
+        try:
+            rate = options.get("rate_limit")
+            concurrency = options.get("concurrency")
+            limits[name] = QueueLimits(
+                rate_limit=None if rate is None else parse_rate_limit(rate),
+                concurrency=None if concurrency is None else parse_concurrency(concurrency),
+            )
+        except FlowError as exc:
+            raise FlowError(f"QUEUES[{name!r}]: {exc}") from None
+    return limits
+
+
+def is_queues(value: Any) -> bool:
+    try:
+        parse_queues(value)
+    except FlowError:
+        return False
+    return True
+
+
+def queue_limits() -> dict[str, QueueLimits]:
+    """The limited queues of the current settings (read each time: override_settings works)."""
+    from .conf import jobs_settings
+
+    return {name: q for name, q in parse_queues(jobs_settings.QUEUES).items() if q.limited}

@@ -1,0 +1,71 @@
+"""The QUEUES setting: what a limit reads as, and what is refused with which message."""
+
+from __future__ import annotations
+
+import pytest
+from django.core import checks
+from django.test import override_settings
+
+from django_durable_jobs.flow import (
+    FlowError,
+    QueueLimits,
+    RateLimit,
+    parse_queues,
+    parse_rate_limit,
+    queue_limits,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "count", "seconds"),
+    [("10/s", 10, 1.0), ("100/m", 100, 60.0), (" 5 / h ", 5, 3600.0), ("10000/s", 10000, 1.0)],
+)
+def test_a_rate_limit_reads_n_per_second_minute_or_hour(
+    text: str, count: int, seconds: float
+) -> None:
+    assert parse_rate_limit(text) == RateLimit(count, seconds)
+
+
+@pytest.mark.parametrize("text", ["10", "10/d", "0/s", "10001/s", "-1/s", "1.5/s", 10, None])
+def test_anything_else_is_refused_with_the_form_it_should_take(text: object) -> None:
+    with pytest.raises(FlowError, match=r"rate_limit must"):
+        parse_rate_limit(text)
+
+
+def test_queues_read_as_limits_per_queue() -> None:
+    limits = parse_queues(
+        {"emails": {"rate_limit": "10/s", "concurrency": 4}, "narrow": {"concurrency": 2}}
+    )
+    assert limits == {
+        "emails": QueueLimits(RateLimit(10, 1.0), 4),
+        "narrow": QueueLimits(None, 2),
+    }
+    assert limits["emails"].as_dict() == {"rate_limit": "10/s", "concurrency": 4}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"bad name": {}}, "not a valid queue name"),
+        ({"emails": 4}, r"QUEUES\['emails'\] must be a dict"),
+        ({"emails": {"rate": "1/s"}}, "unknown option"),
+        ({"emails": {"concurrency": 0}}, r"QUEUES\['emails'\]: concurrency must be an integer"),
+        ({"emails": {"concurrency": True}}, "concurrency must be an integer"),
+        ({"emails": {"rate_limit": "fast"}}, r"QUEUES\['emails'\]: rate_limit must"),
+    ],
+)
+def test_a_bad_entry_is_named_with_its_problem(value: object, message: str) -> None:
+    with pytest.raises(FlowError, match=message):
+        parse_queues(value)
+
+
+def test_the_system_check_reports_a_bad_entry_as_e008() -> None:
+    with override_settings(DURABLE_JOBS={"QUEUES": {"emails": {"rate_limit": "10 per second"}}}):
+        errors = [e for e in checks.run_checks() if e.id == "durable_jobs.E008"]
+    assert len(errors) == 1
+    assert "QUEUES['emails']: rate_limit must read N/s" in errors[0].msg
+
+
+def test_queue_limits_lists_only_the_limited_queues() -> None:
+    with override_settings(DURABLE_JOBS={"QUEUES": {"emails": {"concurrency": 1}, "plain": {}}}):
+        assert queue_limits() == {"emails": QueueLimits(None, 1)}
