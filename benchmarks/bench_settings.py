@@ -9,6 +9,8 @@ with ``benchmarks/`` on ``PYTHONPATH`` (the worker script does this).
 from __future__ import annotations
 
 import copy
+import json
+import os
 
 from example_project.settings import *  # noqa: F403
 from example_project.settings import LOGGING as _EXAMPLE_LOGGING
@@ -17,3 +19,11 @@ DEBUG = False
 
 LOGGING = copy.deepcopy(_EXAMPLE_LOGGING)
 LOGGING["loggers"]["django_durable_jobs"]["level"] = "WARNING"
+
+# The engine's own numbers: no queue limits (the example's "throttled" and
+# "narrow" queues would add their claims to every round). BENCH_QUEUES, a
+# JSON object, sets DURABLE_JOBS["QUEUES"] instead (the flow-control runs).
+DURABLE_JOBS = {
+    **{key: value for key, value in DURABLE_JOBS.items() if key != "QUEUES"},  # noqa: F405
+    "QUEUES": json.loads(os.environ.get("BENCH_QUEUES", "{}")),
+}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import BooleanField, DurationField, ExpressionWrapper, F, Q
 from django.db.models.expressions import CombinedExpression
@@ -321,3 +322,28 @@ class ScheduleState(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class QueueThrottle(models.Model):
+    """The claim's bookkeeping for one queue with limits in ``DURABLE_JOBS["QUEUES"]``.
+
+    A worker claiming from a limited queue locks this row first, so claims of
+    that queue happen one at a time over every worker and each sees the
+    others' committed claims. ``starts`` holds the start times of the
+    queue's jobs within the last rate window (at most ``rate_limit`` of
+    them): the sliding window the rate limit counts. Rows of queues without
+    limits are never read; a queue's row is created by its first limited claim.
+    """
+
+    queue = models.CharField(_("queue"), max_length=QUEUE_MAX_LENGTH, primary_key=True)
+    starts = ArrayField(models.DateTimeField(), default=list, blank=True)
+    updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
+
+    class Meta:
+        db_table = "durable_jobs_throttle"
+        ordering = ["queue"]
+        verbose_name = _("queue throttle")
+        verbose_name_plural = _("queue throttles")
+
+    def __str__(self) -> str:
+        return self.queue

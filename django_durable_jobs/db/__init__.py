@@ -41,16 +41,19 @@ from .queries import QUERIES
 from .records import ClaimedJob, ExpiredLease, Outcome, Transition
 
 if TYPE_CHECKING:
+    from ..flow import QueueLimits
     from ..validation import JobSpec
 
 __all__ = [
     "QUERIES",
     "ClaimedJob",
     "ExpiredLease",
+    "LimitedClaim",
     "Outcome",
     "PruneResult",
     "Transition",
     "claim",
+    "claim_limited",
     "claim_per_queue",
     "connection_params",
     "database_alias",
@@ -224,18 +227,88 @@ def claim(
     lease_seconds: float,
     limit: int,
     queues: Iterable[str] | None = None,
+    excluded: Iterable[str] = (),
 ) -> list[ClaimedJob]:
-    """Claim up to ``limit`` runnable jobs (of ``queues``; None: any queue)."""
+    """Claim up to ``limit`` runnable jobs of ``queues`` (None: any) but not of ``excluded``."""
     params: dict[str, Any] = {
         "worker_id": worker_id,
         "lease_seconds": float(lease_seconds),
         "limit": limit,
+        "excluded": sorted(excluded),
     }
     if queues is None:
         rows = _run(using, "claim_jobs", params)
     else:
         rows = _run(using, "claim_jobs_in_queues", {**params, "queues": sorted(queues)})
     return [ClaimedJob(*row) for row in rows]
+
+
+class LimitedClaim(NamedTuple):
+    """What one claim of a limited queue got, and why it got no more."""
+
+    jobs: list[ClaimedJob]
+    #: Which limit held runnable jobs back (``flow.THROTTLE_REASONS``); None: none did.
+    throttled: str | None
+    #: Seconds until the rate window has room again, when the rate limit held jobs back.
+    retry_after: float | None
+    #: Another worker's claim of the queue held its lock: nothing was looked at.
+    busy: bool = False
+
+
+def claim_limited(
+    using: str,
+    *,
+    worker_id: str,
+    lease_seconds: float,
+    queue: str,
+    limits: QueueLimits,
+    want: int,
+) -> LimitedClaim:
+    """Claim up to ``want`` jobs of ``queue`` within its cluster-wide limits.
+
+    One transaction: lock the queue's throttle row (skipped when another
+    worker's claim of the queue holds it), then, in a snapshot taken after
+    the lock, count the queue's running jobs and its starts in the rate
+    window, claim what both limits leave, and add the starts to the window.
+    """
+    rate = limits.rate_limit
+    window = rate.seconds if rate is not None else 0.0
+    with transaction.atomic(using=using):
+        if not _run(using, "lock_throttle", {"queue": queue}):
+            return LimitedClaim([], None, None, busy=True)
+        ((running, recent, until_room, runnable),) = _run(
+            using, "throttle_state", {"queue": queue, "window_seconds": window}
+        )
+        allowed, throttled, retry_after = want, None, None
+        if limits.concurrency is not None and limits.concurrency - running < allowed:
+            allowed, throttled = max(0, limits.concurrency - running), "concurrency"
+        if rate is not None and rate.count - recent < allowed:
+            allowed, throttled = max(0, rate.count - recent), "rate_limit"
+            retry_after = float(until_room) if until_room is not None else None
+        jobs = (
+            claim(
+                using,
+                worker_id=worker_id,
+                lease_seconds=lease_seconds,
+                limit=allowed,
+                queues=[queue],
+            )
+            if allowed > 0 and runnable
+            else []
+        )
+        if jobs and rate is not None:
+            _run(
+                using,
+                "record_starts",
+                {
+                    "queue": queue,
+                    "window_seconds": window,
+                    "starts": [job.started_at for job in jobs],
+                },
+            )
+    # Held back only if jobs were left runnable for that reason.
+    held_back = throttled if runnable and len(jobs) < want and len(jobs) == allowed else None
+    return LimitedClaim(jobs, held_back, retry_after if held_back == "rate_limit" else None)
 
 
 def claim_per_queue(

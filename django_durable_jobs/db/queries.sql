@@ -103,15 +103,16 @@ SELECT count(*), now()
 FROM inserted CROSS JOIN notified;
 
 -- _claimed --
--- The claim queries' end (a fragment, see queries.py): after a CTE `candidates` of the ids to claim, mark them running, count the attempt, take a lease with a fresh token, and return the jobs in claim order.
+-- The claim queries' end (a fragment, see queries.py): after a CTE `candidates` of the ids to claim, mark them running, count the attempt, take a lease with a fresh token, and return the jobs in claim order. statement_timestamp(), not now(): a limited queue's claim runs in a transaction whose first statement took a lock, and its jobs start when this statement runs, after it counted the running ones (the same instant as now() for a claim on its own).
 claimed AS (
     UPDATE durable_jobs_job AS job
     SET status = 'running',
         attempts = job.attempts + 1,
-        started_at = now(),
-        updated_at = now(),
+        started_at = statement_timestamp(),
+        updated_at = statement_timestamp(),
         lease_holder = %(worker_id)s,
-        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s::float8),
+        lease_expires_at = statement_timestamp()
+            + make_interval(secs => %(lease_seconds)s::float8),
         lease_token = gen_random_uuid()
     FROM candidates
     WHERE job.id = candidates.id
@@ -134,6 +135,8 @@ WITH candidates AS MATERIALIZED (
     SELECT id
     FROM durable_jobs_job
     WHERE status = 'pending' AND available_at <= now()
+        -- Queues this worker claims another way (limited ones): not here.
+        AND NOT (queue = ANY(%(excluded)s::text[]))
     ORDER BY priority DESC, available_at, created_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -146,6 +149,7 @@ WITH candidates AS MATERIALIZED (
     SELECT id
     FROM durable_jobs_job
     WHERE status = 'pending' AND available_at <= now() AND queue = ANY(%(queues)s::text[])
+        AND NOT (queue = ANY(%(excluded)s::text[]))
     ORDER BY priority DESC, available_at, created_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -245,6 +249,45 @@ WHERE status = 'running' AND lease_expires_at < now()
 ORDER BY lease_expires_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
+
+-- lock_throttle --
+-- A limited queue's claim (DURABLE_JOBS["QUEUES"]), first statement of its transaction: create the queue's throttle row if missing, and lock it, skipping it if another worker's claim holds it (that worker claims this queue now; the next round finds it free). Limited claims of one queue thus run one at a time over every worker. Returns the queue when locked; nothing the first time (the row created by this statement is not visible to it).
+WITH created AS (
+    INSERT INTO durable_jobs_throttle (queue, starts, updated_at)
+    VALUES (%(queue)s, '{}', now())
+    ON CONFLICT (queue) DO NOTHING
+)
+SELECT queue
+FROM durable_jobs_throttle
+WHERE queue = %(queue)s
+FOR UPDATE SKIP LOCKED;
+
+-- throttle_state --
+-- A limited queue's claim, second statement: a snapshot taken after the lock, so it sees every claim of the queue committed before. The queue's jobs running on a live lease (a dead worker's job stops counting when its lease expires), its starts within the last %(window_seconds)s, seconds until the oldest of those leaves the window, and whether a job of the queue is runnable now.
+WITH recent AS (
+    SELECT s
+    FROM durable_jobs_throttle AS t, unnest(t.starts) AS s
+    WHERE t.queue = %(queue)s AND s > now() - make_interval(secs => %(window_seconds)s::float8)
+)
+SELECT
+    (SELECT count(*) FROM durable_jobs_job
+     WHERE status = 'running' AND queue = %(queue)s AND lease_expires_at > now()),
+    (SELECT count(*) FROM recent),
+    (SELECT EXTRACT(EPOCH FROM min(s) + make_interval(secs => %(window_seconds)s::float8) - now())
+     FROM recent),
+    EXISTS (SELECT 1 FROM durable_jobs_job
+            WHERE status = 'pending' AND available_at <= now() AND queue = %(queue)s);
+
+-- record_starts --
+-- A rate-limited queue's claim, last statement: add this claim's starts (its jobs' started_at) to the queue's window and forget the starts that left it.
+UPDATE durable_jobs_throttle
+SET starts = ARRAY(
+        SELECT s FROM unnest(starts) AS s
+        WHERE s > now() - make_interval(secs => %(window_seconds)s::float8)
+    ) || %(starts)s::timestamptz[],
+    updated_at = now()
+WHERE queue = %(queue)s
+RETURNING queue;
 
 -- next_available_at --
 -- When the next pending job in these queues (NULL: all) becomes runnable, so an idle worker can sleep until then instead of a full poll interval.

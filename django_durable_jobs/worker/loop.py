@@ -35,7 +35,7 @@ from types import FrameType
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
-from .. import db, hooks, metrics
+from .. import db, flow, hooks, metrics
 from ..backoff import RetryPolicy
 from ..conf import jobs_settings
 from ..db.records import ClaimedJob, Outcome, Transition
@@ -71,6 +71,10 @@ EXIT_RECYCLE = 3
 # that cannot keep up must slow the worker down, not fill its memory.
 MAX_BACKLOG_PER_SLOT = 50
 CLAIM_RETRY_CAP_SECONDS = 30.0
+#: How often a queue held back by one of its limits is logged, at most.
+THROTTLE_LOG_EVERY_SECONDS = 60.0
+#: When another worker's claim holds a limited queue's lock, look again this soon.
+LIMITED_BUSY_RETRY_SECONDS = 0.01
 
 
 def default_worker_id() -> str:
@@ -174,6 +178,20 @@ class Worker:
             config.scale_down_after,
             self._handler_thread,
         )
+        # Queues with cluster-wide limits that this worker serves (flow.py);
+        # their claims take free slots only, never ahead.
+        self._limits = {
+            queue: limits
+            for queue, limits in flow.queue_limits().items()
+            if config.queues is None or queue in config.queues
+        }
+        self._throttled_until: dict[str, float] = {}
+        self._idle_limited: set[str] = set()
+        self._throttle_logged: dict[tuple[str, str], float] = {}
+        for group in self._groups:
+            limits = self._limits.get(group.label)
+            if limits is not None and limits.rate_limit is not None:
+                group.claims_ahead = False
         # Per-queue slots: which group a job's queue belongs to.
         self._group_by_queue: dict[str, SlotGroup] | None = (
             {group.label: group for group in self._groups} if config.slots_per_queue else None
@@ -305,6 +323,9 @@ class Worker:
                 self._shrink_quiet_groups(now)
                 notified, self._notified = self._notified, False
                 due = notified or now >= next_poll
+                if due:
+                    # Limited queues found empty are looked at again.
+                    self._idle_limited.clear()
                 # Each group with room (free slots, and its claim-ahead
                 # buffer: pool.py) asks for that many jobs: at a poll or a
                 # notification, or at once if its last claim was full.
@@ -358,24 +379,35 @@ class Worker:
             self._sleep(timeout)
 
     def _claim(self, asks: list[tuple[SlotGroup, int]]) -> list[ClaimedJob]:
-        """Claim up to each group's free slots, in one statement; hand the jobs to the groups."""
+        """Claim up to each group's room; hand the jobs to the groups.
+
+        Queues with cluster-wide limits are claimed first, each on its own
+        (``db.claim_limited``) into free slots only; the rest in one statement.
+        """
         c = self.config
+        jobs = self._claim_limited(asks)
+        limited_got = len(jobs)
         if self._group_by_queue is not None:
-            jobs = db.claim_per_queue(
-                c.alias,
-                worker_id=c.worker_id,
-                lease_seconds=c.lease_seconds,
-                limits=[(group.label, free) for group, free in asks],
-            )
+            plain = [(g, room) for g, room in asks if g.label not in self._limits]
+            if plain:
+                jobs += db.claim_per_queue(
+                    c.alias,
+                    worker_id=c.worker_id,
+                    lease_seconds=c.lease_seconds,
+                    limits=[(group.label, room) for group, room in plain],
+                )
         else:
-            ((group, limit),) = asks
-            jobs = db.claim(
-                c.alias,
-                worker_id=c.worker_id,
-                lease_seconds=c.lease_seconds,
-                limit=limit,
-                queues=group.queues,
-            )
+            ((group, room),) = asks
+            only_limited = group.queues is not None and group.queues <= self._limits.keys()
+            if room - limited_got > 0 and not only_limited:
+                jobs += db.claim(
+                    c.alias,
+                    worker_id=c.worker_id,
+                    lease_seconds=c.lease_seconds,
+                    limit=room - limited_got,
+                    queues=group.queues,
+                    excluded=self._limits,
+                )
         now = time.monotonic()
         with self._lock:
             got: dict[str, int] = {}
@@ -404,6 +436,75 @@ class Worker:
                 self._group_of(job).jobs.put(job)
             self.claimed += len(jobs)
         return jobs
+
+    def _claim_limited(self, asks: list[tuple[SlotGroup, int]]) -> list[ClaimedJob]:
+        """Claim the limited queues these groups serve, each into the group's free slots."""
+        if not self._limits:
+            return []
+        c = self.config
+        jobs: list[ClaimedJob] = []
+        now = time.monotonic()
+        for group, room in asks:
+            for queue, limits in self._limits.items():
+                if group.queues is not None and queue not in group.queues:
+                    continue
+                # A rate-limited queue's claims take free slots only: a job
+                # starts when the claim counts its start. A queue with only a
+                # concurrency limit may claim ahead: a buffered job is running
+                # in the table, so it counts (and takes one of the slots).
+                space = group.free() if limits.rate_limit is not None else room
+                free = space - sum(1 for j in jobs if self._group_of(j) is group)
+                if (
+                    free <= 0
+                    or queue in self._idle_limited
+                    or self._throttled_until.get(queue, 0.0) > now
+                ):
+                    continue
+                got = db.claim_limited(
+                    c.alias,
+                    worker_id=c.worker_id,
+                    lease_seconds=c.lease_seconds,
+                    queue=queue,
+                    limits=limits,
+                    want=free,
+                )
+                jobs += got.jobs
+                if got.throttled is not None:
+                    self._held_back(queue, got.throttled, got.retry_after, now)
+                elif got.busy:
+                    # Another worker claims this queue right now: look again soon.
+                    self._throttled_until[queue] = now + LIMITED_BUSY_RETRY_SECONDS
+                    self._retry_soon(now + LIMITED_BUSY_RETRY_SECONDS)
+                else:
+                    self._throttled_until.pop(queue, None)
+                    if len(got.jobs) < free:
+                        # Nothing more runnable: not again before a poll or a notification.
+                        self._idle_limited.add(queue)
+        return jobs
+
+    def _retry_soon(self, due: float) -> None:
+        with self._cond:
+            if self._retry_due is None or due < self._retry_due:
+                self._retry_due = due
+
+    def _held_back(self, queue: str, reason: str, retry_after: float | None, now: float) -> None:
+        """A limit held jobs of ``queue`` back: count it, log it once a minute, look again later."""
+        metrics.record_throttled(queue, reason)
+        # The rate window says when it has room; a concurrency slot frees when
+        # some worker's job ends, which this worker learns by looking again.
+        delay = retry_after if retry_after is not None else min(self.config.poll_interval, 0.25)
+        delay = max(0.005, delay + 0.005)
+        self._throttled_until[queue] = now + delay
+        self._retry_soon(now + delay)
+        last = self._throttle_logged.get((queue, reason))
+        if last is None or now - last >= THROTTLE_LOG_EVERY_SECONDS:
+            self._throttle_logged[(queue, reason)] = now
+            logger.info(
+                "Queue %s held back by its %s limit (%s): runnable jobs wait "
+                "(logged once a minute)",
+                queue, reason.replace("_", " "), self._limits[queue].as_dict()[reason],
+                extra={"worker_id": self.config.worker_id, "queue": queue},
+            )  # fmt: skip
 
     def _group_of(self, job: ClaimedJob) -> SlotGroup:
         if self._group_by_queue is None:
@@ -521,6 +622,11 @@ class Worker:
             group = None if attempt is None else attempt.group
             if group is not None and duration is not None:
                 group.attempt_took(duration)
+            if attempt is not None and self._throttled_until.pop(attempt.job.queue, None):
+                # A limited queue's job ended here: one of its slots is free
+                # now, so claim again as on a notification.
+                self._notified = True
+                self._wake_locked()
             if (
                 group is None
                 or group.wants_claim()

@@ -88,7 +88,14 @@ USE_TZ = True
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-DURABLE_JOBS: dict[str, object] = {}
+DURABLE_JOBS: dict[str, object] = {
+    # Cluster-wide limits per queue (docs/guides/flow-control.md): at most 5
+    # starts a second of `throttled` jobs, at most 2 `narrow` jobs running.
+    "QUEUES": {
+        "throttled": {"rate_limit": "5/s"},
+        "narrow": {"concurrency": 2},
+    },
+}
 
 # Django >= 6.0: `@task` functions (example/tasks.py) run on the durable queue.
 # Django 5.2 has no django.tasks, so no TASKS there.

@@ -32,7 +32,13 @@ ROWS = {
     "running": (1_000, "- interval '1 minute'"),
     "cancelled": (500, "- interval '1 day'"),
 }
-PARAMS = {"limit": 10, "worker_id": "w", "lease_seconds": 30, "queues": ["default", "emails"]}
+PARAMS = {
+    "limit": 10,
+    "worker_id": "w",
+    "lease_seconds": 30,
+    "queues": ["default", "emails"],
+    "excluded": [],
+}
 
 
 @pytest.fixture
