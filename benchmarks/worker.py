@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import collections
 import itertools
+import json
 import os
 import re
 import shutil
@@ -68,6 +69,9 @@ BENCH_DIR = ROOT / "benchmarks"
 MANAGE = ROOT / "example_project" / "manage.py"
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/durable_jobs_bench"
 TYPE = "example.noop"
+#: --flow's keyed runs: jobs of this type (concurrency_limit=1), KEYS distinct keys.
+KEYED_TYPE = "example.serial"
+KEYS = 0
 POLL_SECONDS = 0.05
 
 
@@ -172,9 +176,15 @@ def fill(n: int) -> None:
     from django_durable_jobs import enqueue_many
 
     for offset in range(0, n, 5_000):
-        enqueue_many(
-            [{"type": TYPE, "payload": {"i": i}} for i in range(offset, min(n, offset + 5_000))]
-        )
+        batch = range(offset, min(n, offset + 5_000))
+        if KEYS:
+            rows = [
+                {"type": TYPE, "payload": {"i": i, "seconds": 0}, "concurrency_key": f"k{i % KEYS}"}
+                for i in batch
+            ]
+        else:
+            rows = [{"type": TYPE, "payload": {"i": i}} for i in batch]
+        enqueue_many(rows)
     # Fresh statistics and no dirty pages left over from the fill: every run
     # starts from the same state.
     sql("ANALYZE durable_jobs_job")
@@ -517,6 +527,48 @@ def throughput(args: argparse.Namespace, env: dict[str, str]) -> None:
     )
 
 
+# -- flow control: limits configured but not binding, keys ---------------------
+
+
+def flow(args: argparse.Namespace, env: dict[str, str]) -> None:
+    """Back to back: no limits; limits on the queue that never bind; 1,000 keys."""
+    global TYPE, KEYS
+    n = args.n
+    print(f"\n== Flow control: {n:,} jobs, one worker at the defaults, median of {args.repeat}"
+          f" ({loadavg()})")  # fmt: skip
+    print(f"{'configuration':<52}{'jobs/s wall':>12}{'jobs/s span':>12}{'vs none':>8}"
+          f"{'claim':>7}  runs (jobs/s wall|span)")  # fmt: skip
+    not_binding = {"default": {"concurrency": 10_000, "rate_limit": "10000/s"}}
+    configurations = [
+        ("no limits", {}, TYPE, 0),
+        ("queue concurrency 10,000 (not binding)", {"default": {"concurrency": 10_000}}, TYPE, 0),
+        ("queue concurrency 10,000 + rate 10,000/s (not binding)", not_binding, TYPE, 0),
+        (f"{KEYED_TYPE}, concurrency_limit=1, 1,000 keys", {}, KEYED_TYPE, 1_000),
+    ]
+    base = None
+    for label, queues, job_type, keys in configurations:
+        TYPE, KEYS = job_type, keys
+        run_env = {**env, "BENCH_QUEUES": json.dumps(queues)}
+        throughput_run(min(n, 5_000), 1, None, run_env)  # warm-up
+        runs = [
+            rerun_if_noisy(lambda e=run_env: throughput_run(n, 1, None, e), args.retries)
+            for _ in range(args.repeat)
+        ]
+        med = {key: statistics.median(r[key] for r in runs) for key in runs[0] if key != "noisy"}
+        rate = n / med["wall"]
+        base = base or rate
+        detail = ", ".join(
+            f"{n / r['wall']:,.0f}|{n / r['span']:,.0f}{'*' if r.get('noisy') else ''}"
+            for r in runs
+        )
+        print(
+            f"{label:<52}{rate:>12,.0f}{n / med['span']:>12,.0f}{rate / base:>8.0%}"
+            f"{med['claim_batch']:>7.1f}  {detail}",
+            flush=True,
+        )
+    TYPE, KEYS = "example.noop", 0
+
+
 # -- a big table of finished jobs ---------------------------------------------
 
 
@@ -852,6 +904,10 @@ def main() -> None:
         type=lambda v: [int(x.replace("_", "")) for x in v.split(",") if x],
         help="also measure with these many finished jobs in the table, e.g. 1000000,10000000",
     )  # fmt: skip
+    parser.add_argument(
+        "--flow", action="store_true",
+        help="also measure flow control: limits that do not bind, and 1,000 concurrency keys",
+    )  # fmt: skip
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--profile", action="store_true", help="profile one worker with py-spy")
@@ -871,6 +927,8 @@ def main() -> None:
             throughput(args, env)
         if args.finished_rows:
             big_table(args, env)
+        if args.flow:
+            flow(args, env)
         if not args.skip_latency:
             latency(args, env)
         if args.profile:

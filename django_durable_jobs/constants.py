@@ -12,6 +12,9 @@ import re
 TYPE_MAX_LENGTH = 255
 QUEUE_MAX_LENGTH = 100
 IDEMPOTENCY_KEY_MAX_LENGTH = 255
+CONCURRENCY_KEY_MAX_LENGTH = 255
+#: The most jobs of one type sharing a concurrency key that may run at once.
+CONCURRENCY_LIMIT_MAX = 10_000
 LEASE_HOLDER_MAX_LENGTH = 255
 # Stored in a smallint: wide enough for any scheme, and Django Tasks'
 # -100..100 fits inside.
@@ -34,6 +37,8 @@ NOTIFY_CHANNEL_MAX_BYTES = 63
 CLAIM_INDEX = "durable_jobs_claim_idx"
 CLAIM_QUEUE_INDEX = "durable_jobs_claim_queue_idx"
 LEASE_INDEX = "durable_jobs_lease_idx"
+KEY_PENDING_INDEX = "durable_jobs_key_pending_idx"
+KEY_RUNNING_INDEX = "durable_jobs_key_running_idx"
 STATUS_INDEX = "durable_jobs_status_idx"
 CREATED_INDEX = "durable_jobs_created_idx"
 TYPE_INDEX = "durable_jobs_type_idx"

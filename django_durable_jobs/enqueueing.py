@@ -35,6 +35,7 @@ ENQUEUE_ARGUMENTS = frozenset(
         "delay",
         "run_at",
         "timeout",
+        "concurrency_key",
     }
 )
 # A replay finds the key's row gone only if it was deleted between our
@@ -86,6 +87,7 @@ def enqueue(
     delay: timedelta | float | None = None,
     run_at: datetime | None = None,
     timeout: timedelta | float | None = None,
+    concurrency_key: str | None = None,
     using: str | None = None,
 ) -> EnqueueResult:
     """Create a job of ``type`` with ``payload``, or return the one holding ``idempotency_key``.
@@ -110,6 +112,7 @@ def enqueue(
         delay=delay,
         run_at=run_at,
         timeout=timeout,
+        concurrency_key=concurrency_key,
     )
     # One statement, so atomic on its own: no transaction needed here.
     return _insert(db.database_alias(using), [spec])[0]
@@ -251,6 +254,7 @@ def _job_from_spec(
         None,  # lease_expires_at
         None,  # lease_token
         spec.timeout,  # timeout
+        spec.concurrency_key,  # concurrency_key
     )
     job._state.adding = False
     job._state.db = alias

@@ -33,6 +33,9 @@ class Handler:
     timeout: float | None = None
     #: Enqueued periodically by the workers (docs/guides/periodic-jobs.md).
     schedule: Schedule | None = None
+    #: At most this many jobs of this type sharing a ``concurrency_key`` run
+    #: at once, over every worker; None: keys do not limit this type.
+    concurrency_limit: int | None = None
 
     @property
     def location(self) -> str:
@@ -80,6 +83,14 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._handlers)
+
+    def concurrency_limits(self) -> dict[str, int]:
+        """``{type: concurrency_limit}`` of the handlers that declare one."""
+        return {
+            h.name: h.concurrency_limit
+            for h in self._handlers.values()
+            if h.concurrency_limit is not None
+        }
 
 
 registry = Registry()

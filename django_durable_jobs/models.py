@@ -21,10 +21,13 @@ from django.utils.translation import gettext_lazy as _
 from .constants import (
     CLAIM_INDEX,
     CLAIM_QUEUE_INDEX,
+    CONCURRENCY_KEY_MAX_LENGTH,
     CREATED_INDEX,
     FINISHED_INDEX,
     IDEMPOTENCY_CONSTRAINT,
     IDEMPOTENCY_KEY_MAX_LENGTH,
+    KEY_PENDING_INDEX,
+    KEY_RUNNING_INDEX,
     LEASE_HOLDER_MAX_LENGTH,
     LEASE_INDEX,
     QUEUE_INDEX,
@@ -132,6 +135,16 @@ class Job(models.Model):
         ),
     )
 
+    # Jobs of one type sharing a key run at most their handler's
+    # ``concurrency_limit`` at once, over every worker; no limit: unlimited.
+    concurrency_key = models.CharField(  # noqa: DJ001
+        _("concurrency key"),
+        max_length=CONCURRENCY_KEY_MAX_LENGTH,
+        null=True,
+        blank=True,
+        help_text=_("With the type's concurrency_limit: at most that many running per key."),
+    )
+
     objects = JobQuerySet.as_manager()
 
     class Meta:
@@ -174,6 +187,19 @@ class Job(models.Model):
                 fields=["completed_at"],
                 name=FINISHED_INDEX,
                 condition=Q(status__in=["completed", "dead", "cancelled"]),
+            ),
+            # Serve the claim of jobs with a concurrency key: the pending ones
+            # of each (type, key) in claim order, and the running ones per
+            # (type, key) it counts. Partial: jobs without a key never pay.
+            models.Index(
+                fields=["type", "concurrency_key", "-priority", "available_at", "created_at"],
+                name=KEY_PENDING_INDEX,
+                condition=Q(status="pending", concurrency_key__isnull=False),
+            ),
+            models.Index(
+                fields=["type", "concurrency_key"],
+                name=KEY_RUNNING_INDEX,
+                condition=Q(status="running", concurrency_key__isnull=False),
             ),
         ]
         constraints = [

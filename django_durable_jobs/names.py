@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from .constants import (
+    CONCURRENCY_KEY_MAX_LENGTH,
     IDEMPOTENCY_KEY_MAX_LENGTH,
     QUEUE_MAX_LENGTH,
     QUEUE_NAME_RE,
@@ -84,6 +85,13 @@ def is_queue_name(value: Any) -> bool:
     except InvalidJob:
         return False
     return True
+
+
+def validate_concurrency_key(value: Any) -> str | None:
+    """``None`` (no key) or a non-empty string of at most 255 characters."""
+    if value is None:
+        return None
+    return _text("concurrency_key", value, CONCURRENCY_KEY_MAX_LENGTH)
 
 
 def validate_idempotency_key(value: Any) -> str | None:

@@ -16,7 +16,12 @@ from typing import Any, TypeVar, overload
 from .handlers import Handler, Registry, registry
 from .names import validate_queue, validate_type
 from .schedules.declarations import schedule_for_job
-from .validation import validate_max_attempts, validate_priority, validate_timeout
+from .validation import (
+    validate_concurrency_limit,
+    validate_max_attempts,
+    validate_priority,
+    validate_timeout,
+)
 
 __all__ = ["Handler", "Registry", "job", "registry"]
 
@@ -37,6 +42,7 @@ def job(
     max_attempts: int | None = None,
     timeout: float | timedelta | None = None,
     schedule: str | timedelta | float | None = None,
+    concurrency_limit: int | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -49,6 +55,7 @@ def job(
     max_attempts: int | None = None,
     timeout: float | timedelta | None = None,
     schedule: str | timedelta | float | None = None,
+    concurrency_limit: int | None = None,
 ) -> Any:
     """Register a handler for jobs of type ``name``.
 
@@ -62,6 +69,9 @@ def job(
     ``schedule`` makes the workers enqueue a job of this type on a cron
     expression (``"*/5 * * * *"``) or every ``timedelta``/number of seconds,
     one job per tick across all workers (docs/guides/periodic-jobs.md).
+    ``concurrency_limit``: at most that many jobs of this type sharing one
+    ``concurrency_key`` run at once, over every worker
+    (docs/guides/flow-control.md); jobs without a key are not limited.
     """
     if callable(name):
         return job()(name)
@@ -74,6 +84,8 @@ def job(
     if max_attempts is not None:
         validate_max_attempts(max_attempts)
     limit = None if timeout is None else validate_timeout(timeout)
+    if concurrency_limit is not None:
+        validate_concurrency_limit(concurrency_limit)
 
     def decorator(func: F) -> F:
         if not callable(func):
@@ -89,6 +101,7 @@ def job(
                 max_attempts=max_attempts,
                 timeout=limit,
                 schedule=periodic,
+                concurrency_limit=concurrency_limit,
             )
         )
         return func

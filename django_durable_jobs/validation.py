@@ -16,11 +16,22 @@ from django.conf import settings
 from django.utils import timezone
 
 from .conf import jobs_settings
-from .constants import MAX_ATTEMPTS_LIMIT, MAX_DELAY_SECONDS, PRIORITY_MAX, PRIORITY_MIN
+from .constants import (
+    CONCURRENCY_LIMIT_MAX,
+    MAX_ATTEMPTS_LIMIT,
+    MAX_DELAY_SECONDS,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+)
 from .durations import SecondsError, seconds
 from .exceptions import InvalidJob
 from .handlers import registry
-from .names import validate_idempotency_key, validate_queue, validate_type
+from .names import (
+    validate_concurrency_key,
+    validate_idempotency_key,
+    validate_queue,
+    validate_type,
+)
 
 __all__ = [
     "Defaults",
@@ -59,6 +70,17 @@ def validate_max_attempts(value: Any) -> int:
     if not 1 <= value <= MAX_ATTEMPTS_LIMIT:
         raise InvalidJob(
             "max_attempts", f"must be between 1 and {MAX_ATTEMPTS_LIMIT} (got {value})."
+        )
+    return int(value)
+
+
+def validate_concurrency_limit(value: Any) -> int:
+    if not _is_int(value):
+        raise InvalidJob("concurrency_limit", f"must be an integer, not {type(value).__name__}.")
+    if not 1 <= value <= CONCURRENCY_LIMIT_MAX:
+        raise InvalidJob(
+            "concurrency_limit",
+            f"must be between 1 and {CONCURRENCY_LIMIT_MAX} (got {value}).",
         )
     return int(value)
 
@@ -167,6 +189,8 @@ class JobSpec(NamedTuple):
     #: the worker use the handler's ``timeout``, then ``TIMEOUT_SECONDS``, as
     #: they are when the job runs.
     timeout: float | None = None
+    #: Jobs of this type sharing the key run at most ``concurrency_limit`` at once.
+    concurrency_key: str | None = None
 
     @property
     def delay(self) -> timedelta | None:
@@ -192,6 +216,7 @@ class JobSpec(NamedTuple):
                 ("priority", self.priority),
                 ("max_attempts", self.max_attempts),
                 ("timeout", self.timeout),
+                ("concurrency_key", self.concurrency_key),
             )
             if mine != getattr(job, name)
         ]
@@ -229,6 +254,7 @@ def build_spec(
     delay: Any = None,
     run_at: Any = None,
     timeout: Any = None,
+    concurrency_key: Any = None,
     defaults: Defaults | None = None,
 ) -> JobSpec:
     """Validate ``enqueue`` arguments and fill in the defaults.
@@ -264,4 +290,5 @@ def build_spec(
         None if delay is None else validate_delay(delay),
         None if run_at is None else validate_run_at(run_at),
         None if timeout is None else validate_timeout(timeout),
+        None if concurrency_key is None else validate_concurrency_key(concurrency_key),
     )

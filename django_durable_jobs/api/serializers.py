@@ -22,6 +22,7 @@ from rest_framework import serializers
 
 from ..conf import jobs_settings
 from ..constants import (
+    CONCURRENCY_KEY_MAX_LENGTH,
     IDEMPOTENCY_KEY_MAX_LENGTH,
     MAX_ATTEMPTS_LIMIT,
     MAX_DELAY_SECONDS,
@@ -171,6 +172,15 @@ class EnqueueSerializer(serializers.Serializer[None]):
         ),
     )
 
+    concurrency_key = StrictCharField(
+        required=False,
+        help_text=(
+            f"At most {CONCURRENCY_KEY_MAX_LENGTH} characters. Jobs of a type declared with "
+            "@job(concurrency_limit=N) that share this key run at most N at once, over every "
+            "worker; without a limit on the type, the key changes nothing."
+        ),
+    )
+
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
@@ -286,7 +296,7 @@ class JobDetailSerializer(JobSerializer):
     errors = serializers.ListField(child=ObjectField(), read_only=True)  # type: ignore[assignment]
 
     class Meta(JobSerializer.Meta):
-        fields = (*JOB_FIELDS, "timeout", "result", "errors")
+        fields = (*JOB_FIELDS, "timeout", "concurrency_key", "result", "errors")
         read_only_fields = fields
 
 

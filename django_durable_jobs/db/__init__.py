@@ -53,6 +53,7 @@ __all__ = [
     "PruneResult",
     "Transition",
     "claim",
+    "claim_keyed",
     "claim_limited",
     "claim_per_queue",
     "connection_params",
@@ -60,6 +61,7 @@ __all__ = [
     "delete_worker",
     "extend_leases",
     "insert_jobs",
+    "keys_held_back",
     "listen",
     "next_available_at",
     "notify",
@@ -172,6 +174,7 @@ def insert_jobs(
                 "delay_us": spec.delay_us,
                 "run_at": spec.run_at,
                 "timeout": spec.timeout,
+                "concurrency_key": spec.concurrency_key,
                 "channel": channel,
             },
         )
@@ -213,7 +216,8 @@ def _job_row(spec: JobSpec, job_id: uuid.UUID) -> str:
         f"{spec.priority},{spec.max_attempts},"
         f"{'null' if spec.delay_us is None else spec.delay_us},"
         f"{'null' if spec.run_at is None else _json_str(spec.run_at.isoformat())},"
-        f"{'null' if spec.timeout is None else repr(spec.timeout)}]"
+        f"{'null' if spec.timeout is None else repr(spec.timeout)},"
+        f"{'null' if spec.concurrency_key is None else _json_str(spec.concurrency_key)}]"
     )
 
 
@@ -228,6 +232,7 @@ def claim(
     limit: int,
     queues: Iterable[str] | None = None,
     excluded: Iterable[str] = (),
+    keyed_types: Iterable[str] = (),
 ) -> list[ClaimedJob]:
     """Claim up to ``limit`` runnable jobs of ``queues`` (None: any) but not of ``excluded``."""
     params: dict[str, Any] = {
@@ -235,6 +240,8 @@ def claim(
         "lease_seconds": float(lease_seconds),
         "limit": limit,
         "excluded": sorted(excluded),
+        # Jobs of these types with a concurrency key: claim_keyed's, not this claim's.
+        "keyed_types": sorted(keyed_types),
     }
     if queues is None:
         rows = _run(using, "claim_jobs", params)
@@ -263,6 +270,7 @@ def claim_limited(
     queue: str,
     limits: QueueLimits,
     want: int,
+    key_limits: Mapping[str, int] | None = None,
 ) -> LimitedClaim:
     """Claim up to ``want`` jobs of ``queue`` within its cluster-wide limits.
 
@@ -292,10 +300,21 @@ def claim_limited(
                 lease_seconds=lease_seconds,
                 limit=allowed,
                 queues=[queue],
+                keyed_types=key_limits or (),
             )
             if allowed > 0 and runnable
             else []
         )
+        if key_limits and runnable and len(jobs) < allowed:
+            # Jobs with a concurrency key: both the queue's limits and the key's.
+            jobs += claim_keyed(
+                using,
+                worker_id=worker_id,
+                lease_seconds=lease_seconds,
+                limit=allowed - len(jobs),
+                key_limits=key_limits,
+                queues=[queue],
+            )
         if jobs and rate is not None:
             _run(
                 using,
@@ -311,8 +330,89 @@ def claim_limited(
     return LimitedClaim(jobs, held_back, retry_after if held_back == "rate_limit" else None)
 
 
+#: The advisory lock space of concurrency keys (two-int form: this, the key's hash).
+KEY_LOCK_SPACE = 0x444A4B59  # "DJKY"
+
+
+def claim_keyed(
+    using: str,
+    *,
+    worker_id: str,
+    lease_seconds: float,
+    limit: int,
+    key_limits: Mapping[str, int],
+    queues: Iterable[str] | None = None,
+    excluded: Iterable[str] = (),
+) -> list[ClaimedJob]:
+    """Claim up to ``limit`` jobs with a concurrency key, within each key's limit.
+
+    ``key_limits`` is ``{type: concurrency_limit}``. One transaction (a
+    savepoint inside a caller's): lock the keys of the first runnable jobs
+    whose key has room, then, in a snapshot taken after the locks, claim
+    what each key's limit leaves, the oldest job of a key first. A busy key
+    never blocks another: its jobs are skipped, not waited for.
+    """
+    if limit <= 0 or not key_limits:
+        return []
+    types = sorted(key_limits)
+    scope = {
+        "queues": None if queues is None else sorted(queues),
+        "excluded": sorted(excluded),
+    }
+    with transaction.atomic(using=using):
+        locked = _run(
+            using,
+            "lock_keys",
+            {
+                **scope,
+                "types": types,
+                "limits": [key_limits[t] for t in types],
+                "limit": limit,
+                "lock_space": KEY_LOCK_SPACE,
+            },
+        )
+        if not locked:
+            return []
+        rows = _run(
+            using,
+            "claim_keyed",
+            {
+                **scope,
+                "key_types": [type_ for type_, _ in locked],
+                "keys": [key for _, key in locked],
+                "key_limits": [key_limits[type_] for type_, _ in locked],
+                "limit": limit,
+                "worker_id": worker_id,
+                "lease_seconds": float(lease_seconds),
+            },
+        )
+    return [ClaimedJob(*row) for row in rows]
+
+
+def keys_held_back(
+    using: str, key_limits: Mapping[str, int], queues: Iterable[str] | None = None
+) -> list[str]:
+    """Queues with a runnable job whose concurrency key is at its limit."""
+    types = sorted(key_limits)
+    rows = _run(
+        using,
+        "keys_held_back",
+        {
+            "types": types,
+            "limits": [key_limits[t] for t in types],
+            "queues": None if queues is None else sorted(queues),
+        },
+    )
+    return [row[0] for row in rows]
+
+
 def claim_per_queue(
-    using: str, *, worker_id: str, lease_seconds: float, limits: Sequence[tuple[str, int]]
+    using: str,
+    *,
+    worker_id: str,
+    lease_seconds: float,
+    limits: Sequence[tuple[str, int]],
+    keyed_types: Iterable[str] = (),
 ) -> list[ClaimedJob]:
     """Claim up to ``free`` jobs of each ``(queue, free)`` in ``limits``, in one statement."""
     rows = _run(
@@ -324,6 +424,7 @@ def claim_per_queue(
             "queues": [queue for queue, _ in limits],
             "limits": [free for _, free in limits],
             "total": sum(free for _, free in limits),
+            "keyed_types": sorted(keyed_types),
         },
     )
     return [ClaimedJob(*row) for row in rows]

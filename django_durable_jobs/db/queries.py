@@ -3,7 +3,8 @@
 SQL lives in a ``.sql`` file so it reads (and diffs) as SQL; a header line
 ``-- name --`` starts each query, the comment lines after it describe it.
 A name starting with ``_`` is a fragment, not a query: a line ``<<_name>>``
-in a query stands for it (the claim queries share their UPDATE that way).
+(or ``<<_name>>,``, to go on with a WITH) in a query stands for it (the
+claim queries share their UPDATE that way).
 Only the gateway (``db/__init__.py``) runs them.
 """
 
@@ -13,7 +14,7 @@ import re
 from importlib import resources
 
 _HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$")
-_INCLUDE = re.compile(r"^\s*<<(_[a-z0-9_]+)>>\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"^\s*<<(_[a-z0-9_]+)>>(,?)\s*$", re.MULTILINE)
 
 
 def parse_queries(text: str) -> dict[str, str]:
@@ -43,7 +44,7 @@ def parse_queries(text: str) -> dict[str, str]:
         name = match.group(1)
         if name not in fragments:
             raise ValueError(f"fragment {name!r} is not defined")
-        return fragments[name]
+        return fragments[name] + match.group(2)
 
     return {
         name: _INCLUDE.sub(include, sql) for name, sql in parsed.items() if not name.startswith("_")

@@ -6,14 +6,15 @@
 -- Insert one job, unless its idempotency key is taken, and NOTIFY its queue (delivered at commit). One plain INSERT: the single-job path is bound by round trips and commits, so it avoids insert_jobs' CTEs.
 INSERT INTO durable_jobs_job (
     id, type, queue, payload, idempotency_key, status, priority, attempts,
-    max_attempts, available_at, created_at, updated_at, last_error, errors, timeout
+    max_attempts, available_at, created_at, updated_at, last_error, errors, timeout,
+    concurrency_key
 )
 VALUES (
     %(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(key)s, 'pending', %(priority)s, 0,
     %(max_attempts)s,
     -- The database's clock, the one the claim compares with.
     COALESCE(%(run_at)s::timestamptz, now() + COALESCE(%(delay_us)s::bigint, 0) * interval '1 microsecond'),
-    now(), now(), '', '[]'::jsonb, %(timeout)s::float8
+    now(), now(), '', '[]'::jsonb, %(timeout)s::float8, %(concurrency_key)s
 )
 -- Waits for a concurrent insert of the same key to commit or roll back,
 -- so racing callers end with exactly one row.
@@ -26,7 +27,7 @@ WITH input AS (
     -- One JSON document rather than nine arrays: encoding it is one C call
     -- in Python, and PostgreSQL parses it faster than it binds the arrays.
     -- Row: [id, type, queue, payload, idempotency_key, priority,
-    --       max_attempts, delay_us, run_at, timeout]
+    --       max_attempts, delay_us, run_at, timeout, concurrency_key]
     SELECT
         (row->>0)::uuid AS id,
         row->>1 AS type,
@@ -37,19 +38,21 @@ WITH input AS (
         (row->>6)::integer AS max_attempts,
         (row->>7)::bigint AS delay_us,
         (row->>8)::timestamptz AS run_at,
-        (row->>9)::float8 AS timeout
+        (row->>9)::float8 AS timeout,
+        row->>10 AS concurrency_key
     FROM jsonb_array_elements(%(jobs)s::jsonb) AS row
 ),
 inserted AS (
     INSERT INTO durable_jobs_job (
         id, type, queue, payload, idempotency_key, status, priority, attempts,
-        max_attempts, available_at, created_at, updated_at, last_error, errors, timeout
+        max_attempts, available_at, created_at, updated_at, last_error, errors, timeout,
+        concurrency_key
     )
     SELECT
         id, type, queue, payload, idempotency_key, 'pending', priority, 0, max_attempts,
         -- The database's clock, the one the claim compares with.
         COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
-        now(), now(), '', '[]'::jsonb, timeout
+        now(), now(), '', '[]'::jsonb, timeout, concurrency_key
     FROM input
     -- Key order: concurrent batches sharing keys take them in the same
     -- order, so they wait for each other instead of deadlocking.
@@ -80,18 +83,20 @@ WITH input AS (
         (row->>6)::integer AS max_attempts,
         (row->>7)::bigint AS delay_us,
         (row->>8)::timestamptz AS run_at,
-        (row->>9)::float8 AS timeout
+        (row->>9)::float8 AS timeout,
+        row->>10 AS concurrency_key
     FROM jsonb_array_elements(%(jobs)s::jsonb) AS row
 ),
 inserted AS (
     INSERT INTO durable_jobs_job (
         id, type, queue, payload, idempotency_key, status, priority, attempts,
-        max_attempts, available_at, created_at, updated_at, last_error, errors, timeout
+        max_attempts, available_at, created_at, updated_at, last_error, errors, timeout,
+        concurrency_key
     )
     SELECT
         id, type, queue, payload, NULL, 'pending', priority, 0, max_attempts,
         COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
-        now(), now(), '', '[]'::jsonb, timeout
+        now(), now(), '', '[]'::jsonb, timeout, concurrency_key
     FROM input
     RETURNING queue
 ),
@@ -137,6 +142,8 @@ WITH candidates AS MATERIALIZED (
     WHERE status = 'pending' AND available_at <= now()
         -- Queues this worker claims another way (limited ones): not here.
         AND NOT (queue = ANY(%(excluded)s::text[]))
+        -- Jobs whose type limits each concurrency key: claimed by claim_keyed.
+        AND NOT (concurrency_key IS NOT NULL AND type = ANY(%(keyed_types)s::text[]))
     ORDER BY priority DESC, available_at, created_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -150,6 +157,8 @@ WITH candidates AS MATERIALIZED (
     FROM durable_jobs_job
     WHERE status = 'pending' AND available_at <= now() AND queue = ANY(%(queues)s::text[])
         AND NOT (queue = ANY(%(excluded)s::text[]))
+        -- Jobs whose type limits each concurrency key: claimed by claim_keyed.
+        AND NOT (concurrency_key IS NOT NULL AND type = ANY(%(keyed_types)s::text[]))
     ORDER BY priority DESC, available_at, created_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -168,6 +177,7 @@ WITH candidates AS MATERIALIZED (
         SELECT id
         FROM durable_jobs_job
         WHERE status = 'pending' AND available_at <= now() AND queue = slot.queue
+            AND NOT (concurrency_key IS NOT NULL AND type = ANY(%(keyed_types)s::text[]))
         ORDER BY priority DESC, available_at, created_at
         LIMIT slot.free
         FOR UPDATE SKIP LOCKED
@@ -249,6 +259,92 @@ WHERE status = 'running' AND lease_expires_at < now()
 ORDER BY lease_expires_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
+
+-- _busy_keys --
+-- A fragment (see queries.py) that opens a WITH: `limits`, the (type, concurrency_limit) pairs given as %(types)s and %(limits)s; `busy`, the (type, key) pairs whose jobs running on a live lease fill their limit.
+WITH limits AS (
+    SELECT * FROM unnest(%(types)s::text[], %(limits)s::int[]) AS l(type, lim)
+),
+busy AS (
+    SELECT r.type, r.concurrency_key
+    FROM durable_jobs_job AS r JOIN limits AS l ON l.type = r.type
+    WHERE r.status = 'running' AND r.concurrency_key IS NOT NULL AND r.lease_expires_at > now()
+    GROUP BY r.type, r.concurrency_key, l.lim
+    HAVING count(*) >= l.lim
+)
+
+-- lock_keys --
+-- A claim of jobs with a concurrency key (their type has a concurrency_limit), first statement of its transaction: the (type, key) pairs of the first %(limit)s keys with a runnable job, in claim order, leaving out keys at their limit in this statement's snapshot; each locked with a transaction-level advisory lock unless another claim holds it (then skipped: no waiting). claim_keyed then counts and claims in a snapshot taken after the locks, so two claims never both see a key's last free slot.
+<<_busy_keys>>,
+firsts AS MATERIALIZED (
+    -- The first runnable job of each key with room (durable_jobs_key_pending_idx).
+    SELECT DISTINCT ON (j.type, j.concurrency_key)
+        j.type, j.concurrency_key, j.priority, j.available_at, j.created_at
+    FROM durable_jobs_job AS j
+    WHERE j.status = 'pending' AND j.concurrency_key IS NOT NULL AND j.available_at <= now()
+        AND j.type = ANY(%(types)s::text[])
+        AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+        AND NOT (j.queue = ANY(%(excluded)s::text[]))
+        AND NOT EXISTS (
+            SELECT 1 FROM busy AS b
+            WHERE b.type = j.type AND b.concurrency_key = j.concurrency_key
+        )
+    ORDER BY j.type, j.concurrency_key, j.priority DESC, j.available_at, j.created_at
+),
+picked AS MATERIALIZED (
+    SELECT type, concurrency_key
+    FROM firsts
+    ORDER BY priority DESC, available_at, created_at
+    LIMIT %(limit)s
+)
+SELECT type, concurrency_key
+FROM picked
+WHERE pg_try_advisory_xact_lock(%(lock_space)s::int, hashtext(type || ' ' || concurrency_key));
+
+-- claim_keyed --
+-- A claim of jobs with a concurrency key, second statement: for each (type, key) lock_keys locked, its runnable jobs in claim order (the oldest of a key first), as many as the key's limit leaves beside its jobs running on a live lease; of all those, the first %(limit)s in claim order. Otherwise the same as claim_jobs.
+WITH room AS (
+    SELECT k.type, k.key, k.lim - (
+        SELECT count(*) FROM durable_jobs_job AS r
+        WHERE r.status = 'running' AND r.concurrency_key IS NOT NULL
+            AND r.type = k.type AND r.concurrency_key = k.key AND r.lease_expires_at > now()
+    ) AS free
+    FROM unnest(%(key_types)s::text[], %(keys)s::text[], %(key_limits)s::int[]) AS k(type, key, lim)
+),
+fitting AS (
+    SELECT job.id, job.priority, job.available_at, job.created_at
+    FROM room
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.available_at, j.created_at
+        FROM durable_jobs_job AS j
+        WHERE j.status = 'pending' AND j.concurrency_key IS NOT NULL
+            AND j.type = room.type AND j.concurrency_key = room.key AND j.available_at <= now()
+            AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+            AND NOT (j.queue = ANY(%(excluded)s::text[]))
+        ORDER BY j.priority DESC, j.available_at, j.created_at
+        LIMIT GREATEST(room.free, 0)
+    ) AS job
+),
+candidates AS MATERIALIZED (
+    SELECT id
+    FROM durable_jobs_job
+    WHERE status = 'pending'
+        AND id IN (
+            SELECT id FROM fitting ORDER BY priority DESC, available_at, created_at
+            LIMIT %(limit)s
+        )
+    FOR UPDATE SKIP LOCKED
+),
+<<_claimed>>
+
+-- keys_held_back --
+-- Queues with a runnable job whose concurrency key is at its limit (for durable_jobs_throttled_total's "key" reason), among %(types)s.
+<<_busy_keys>>
+SELECT DISTINCT j.queue
+FROM busy AS b
+JOIN durable_jobs_job AS j ON j.type = b.type AND j.concurrency_key = b.concurrency_key
+WHERE j.status = 'pending' AND j.available_at <= now()
+    AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]));
 
 -- lock_throttle --
 -- A limited queue's claim (DURABLE_JOBS["QUEUES"]), first statement of its transaction: create the queue's throttle row if missing, and lock it, skipping it if another worker's claim holds it (that worker claims this queue now; the next round finds it free). Limited claims of one queue thus run one at a time over every worker. Returns the queue when locked; nothing the first time (the row created by this statement is not visible to it).

@@ -40,6 +40,7 @@ from ..backoff import RetryPolicy
 from ..conf import jobs_settings
 from ..db.records import ClaimedJob, Outcome, Transition
 from ..durations import SecondsError, seconds
+from ..handlers import registry
 from .attempts import Attempt, AttemptTable, Clock, State
 from .completer import Completer
 from .executor import StopWorker, execute, internal_error
@@ -75,6 +76,8 @@ CLAIM_RETRY_CAP_SECONDS = 30.0
 THROTTLE_LOG_EVERY_SECONDS = 60.0
 #: When another worker's claim holds a limited queue's lock, look again this soon.
 LIMITED_BUSY_RETRY_SECONDS = 0.01
+#: How often a short claim of keyed jobs asks whether a busy key held jobs back.
+KEYS_HELD_BACK_EVERY_SECONDS = 1.0
 
 
 def default_worker_id() -> str:
@@ -186,6 +189,9 @@ class Worker:
             if config.queues is None or queue in config.queues
         }
         self._throttled_until: dict[str, float] = {}
+        # Types whose jobs run at most concurrency_limit per concurrency key.
+        self._key_limits = registry.concurrency_limits()
+        self._keys_checked_at = 0.0
         self._idle_limited: set[str] = set()
         self._throttle_logged: dict[tuple[str, str], float] = {}
         for group in self._groups:
@@ -382,11 +388,12 @@ class Worker:
         """Claim up to each group's room; hand the jobs to the groups.
 
         Queues with cluster-wide limits are claimed first, each on its own
-        (``db.claim_limited``) into free slots only; the rest in one statement.
+        (``db.claim_limited``); then the other queues in one statement; then
+        the jobs whose type limits each concurrency key (``db.claim_keyed``).
         """
         c = self.config
         jobs = self._claim_limited(asks)
-        limited_got = len(jobs)
+        keyed = self._key_limits
         if self._group_by_queue is not None:
             plain = [(g, room) for g, room in asks if g.label not in self._limits]
             if plain:
@@ -395,19 +402,23 @@ class Worker:
                     worker_id=c.worker_id,
                     lease_seconds=c.lease_seconds,
                     limits=[(group.label, room) for group, room in plain],
+                    keyed_types=keyed,
                 )
         else:
             ((group, room),) = asks
             only_limited = group.queues is not None and group.queues <= self._limits.keys()
-            if room - limited_got > 0 and not only_limited:
+            if room - len(jobs) > 0 and not only_limited:
                 jobs += db.claim(
                     c.alias,
                     worker_id=c.worker_id,
                     lease_seconds=c.lease_seconds,
-                    limit=room - limited_got,
+                    limit=room - len(jobs),
                     queues=group.queues,
                     excluded=self._limits,
+                    keyed_types=keyed,
                 )
+        if keyed:
+            jobs += self._claim_keyed(asks, jobs)
         now = time.monotonic()
         with self._lock:
             got: dict[str, int] = {}
@@ -467,6 +478,7 @@ class Worker:
                     queue=queue,
                     limits=limits,
                     want=free,
+                    key_limits=self._key_limits,
                 )
                 jobs += got.jobs
                 if got.throttled is not None:
@@ -482,27 +494,69 @@ class Worker:
                         self._idle_limited.add(queue)
         return jobs
 
+    def _claim_keyed(
+        self, asks: list[tuple[SlotGroup, int]], claimed: list[ClaimedJob]
+    ) -> list[ClaimedJob]:
+        """Claim jobs with a concurrency key into what room the other claims left."""
+        c = self.config
+        jobs: list[ClaimedJob] = []
+        short = False
+        for group, room in asks:
+            if group.label in self._limits:
+                continue  # claim_limited claimed that queue's keyed jobs too
+            taken = sum(1 for j in (*claimed, *jobs) if self._group_of(j) is group)
+            want = room - taken
+            if want <= 0:
+                continue
+            got = db.claim_keyed(
+                c.alias,
+                worker_id=c.worker_id,
+                lease_seconds=c.lease_seconds,
+                limit=want,
+                key_limits=self._key_limits,
+                queues=group.queues,
+                excluded=self._limits,
+            )
+            jobs += got
+            short = short or len(got) < want
+        now = time.monotonic()
+        if short and now >= self._keys_checked_at + KEYS_HELD_BACK_EVERY_SECONDS:
+            # Were jobs held back by a busy key? Asked at most once a second.
+            self._keys_checked_at = now
+            for queue in db.keys_held_back(c.alias, self._key_limits, c.queues):
+                self._held_back(queue, "key", None, now, retry=False)
+        return jobs
+
     def _retry_soon(self, due: float) -> None:
         with self._cond:
             if self._retry_due is None or due < self._retry_due:
                 self._retry_due = due
 
-    def _held_back(self, queue: str, reason: str, retry_after: float | None, now: float) -> None:
+    def _held_back(
+        self,
+        queue: str,
+        reason: str,
+        retry_after: float | None,
+        now: float,
+        retry: bool = True,
+    ) -> None:
         """A limit held jobs of ``queue`` back: count it, log it once a minute, look again later."""
         metrics.record_throttled(queue, reason)
-        # The rate window says when it has room; a concurrency slot frees when
-        # some worker's job ends, which this worker learns by looking again.
-        delay = retry_after if retry_after is not None else min(self.config.poll_interval, 0.25)
-        delay = max(0.005, delay + 0.005)
-        self._throttled_until[queue] = now + delay
-        self._retry_soon(now + delay)
+        if retry:
+            # The rate window says when it has room; a concurrency slot frees
+            # when some worker's job ends, which this worker learns by looking.
+            delay = retry_after if retry_after is not None else min(self.config.poll_interval, 0.25)
+            delay = max(0.005, delay + 0.005)
+            self._throttled_until[queue] = now + delay
+            self._retry_soon(now + delay)
         last = self._throttle_logged.get((queue, reason))
         if last is None or now - last >= THROTTLE_LOG_EVERY_SECONDS:
             self._throttle_logged[(queue, reason)] = now
             logger.info(
                 "Queue %s held back by its %s limit (%s): runnable jobs wait "
                 "(logged once a minute)",
-                queue, reason.replace("_", " "), self._limits[queue].as_dict()[reason],
+                queue, reason.replace("_", " "),
+                self._limits[queue].as_dict()[reason] if queue in self._limits else "per key",
                 extra={"worker_id": self.config.worker_id, "queue": queue},
             )  # fmt: skip
 
@@ -622,7 +676,8 @@ class Worker:
             group = None if attempt is None else attempt.group
             if group is not None and duration is not None:
                 group.attempt_took(duration)
-            if attempt is not None and self._throttled_until.pop(attempt.job.queue, None):
+            if attempt is not None and attempt.job.queue in self._throttled_until:
+                self._throttled_until.pop(attempt.job.queue, 0.0)
                 # A limited queue's job ended here: one of its slots is free
                 # now, so claim again as on a notification.
                 self._notified = True

@@ -71,3 +71,16 @@ def tick(ctx: JobContext) -> dict[str, str | None]:
     """Returns the tick it was enqueued for (the scheduler's idempotency key tells)."""
     scheduled = tick_from_key(ctx.idempotency_key)
     return {"tick": None if scheduled is None else scheduled.isoformat()}
+
+
+@job("example.serial", concurrency_limit=1)
+def serial(ctx: JobContext) -> dict[str, Any]:
+    """Sleeps ``payload["seconds"]``; jobs sharing a ``concurrency_key`` never overlap.
+
+    ``enqueue("example.serial", {"seconds": 2}, concurrency_key="customer:42")``
+    twice: the second starts when the first has finished, whichever worker
+    takes it; a job with another key runs beside them.
+    """
+    seconds = float(ctx.payload.get("seconds", 1))
+    time.sleep(seconds)
+    return {"key_slept": seconds}

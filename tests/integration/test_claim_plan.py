@@ -38,6 +38,7 @@ PARAMS = {
     "lease_seconds": 30,
     "queues": ["default", "emails"],
     "excluded": [],
+    "keyed_types": [],
 }
 
 

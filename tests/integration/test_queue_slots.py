@@ -156,6 +156,7 @@ def test_the_per_queue_claim_uses_the_claim_by_queue_index(big_table: None) -> N
         "queues": ["default", "emails"],
         "limits": [4, 2],
         "total": 6,
+        "keyed_types": [],
     }
     plan = explain(QUERIES["claim_jobs_per_queue"], params)
     assert CLAIM_QUEUE_INDEX in plan, plan
@@ -180,7 +181,7 @@ def test_the_per_queue_claim_takes_each_queues_best_jobs_up_to_its_limit(
         cursor.execute(
             QUERIES["claim_jobs_per_queue"],
             {"worker_id": "w", "lease_seconds": 30, "queues": ["default", "emails"],
-             "limits": [4, 2], "total": 6},
+             "limits": [4, 2], "total": 6, "keyed_types": []},
         )  # fmt: skip
         rows = cursor.fetchall()
     assert {row[0] for row in rows} == expected
@@ -191,7 +192,14 @@ def test_the_per_queue_claim_takes_each_queues_best_jobs_up_to_its_limit(
 def test_a_queue_of_few_rows_is_claimed_by_index_past_a_big_backlog(big_table: None) -> None:  # noqa: F811
     plan = explain(
         QUERIES["claim_jobs_per_queue"],
-        {"worker_id": "w", "lease_seconds": 30, "queues": ["small"], "limits": [3], "total": 3},
+        {
+            "worker_id": "w",
+            "lease_seconds": 30,
+            "queues": ["small"],
+            "limits": [3],
+            "total": 3,
+            "keyed_types": [],
+        },
     )
     assert CLAIM_QUEUE_INDEX in plan or QUEUE_INDEX in plan, plan
     assert "Seq Scan" not in plan, plan

@@ -160,3 +160,17 @@ def cooperative(ctx: JobContext) -> dict[str, Any]:
         time.sleep(0.01)
         steps += 1
     return {"steps": steps, "remaining": ctx.remaining}
+
+
+@job("tests.serial", concurrency_limit=1)
+def serial(ctx: JobContext) -> dict[str, Any]:
+    """One at a time per concurrency key: records its run, sleeps ``payload["sleep"]``."""
+    Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+    time.sleep(float(ctx.payload.get("sleep", 0)))
+    return {"attempt": ctx.attempt}
+
+
+@job("tests.pair", concurrency_limit=2)
+def pair(ctx: JobContext) -> None:
+    """Two at a time per concurrency key."""
+    time.sleep(float(ctx.payload.get("sleep", 0)))

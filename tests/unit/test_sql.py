@@ -67,3 +67,12 @@ def test_every_query_is_used_by_the_package() -> None:
     tests = (Path(__file__).parent.parent / "integration" / "test_claim_plan.py").read_text()
     for name in QUERIES:
         assert re.search(rf"[\"']{name}[\"']", source + tests), f"query {name} is unused"
+
+
+def test_a_fragment_may_open_a_with_and_go_on_after_a_comma() -> None:
+    text = "-- _ctes --\nWITH a AS (SELECT 1)\n-- q --\n<<_ctes>>,\nb AS (SELECT 2)\nSELECT 3;\n"
+    assert parse_queries(text) == {"q": "WITH a AS (SELECT 1),\nb AS (SELECT 2)\nSELECT 3"}
+
+
+def test_no_query_keeps_an_include_line() -> None:
+    assert not [name for name, sql in QUERIES.items() if "<<" in sql]

@@ -1,0 +1,155 @@
+"""Per-key concurrency (``@job(concurrency_limit=N)`` + ``concurrency_key``), cluster-wide.
+
+Overlaps are read from the rows' ``started_at``/``completed_at``: a job
+counts as running from its claim to its outcome's commit, as the limit does.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from django_durable_jobs import InvalidJob, db, enqueue, enqueue_many
+from django_durable_jobs.models import Job, JobStatus
+from tests.factories import RunningWorker, wait_until, worker_config
+
+from .helpers import run_in_threads
+from .test_queue_limits import most_running_at_once
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SERIAL = {"tests.serial": 1}
+
+
+def drain_with(workers: int, count: int, **config: object) -> list[Job]:
+    running = [
+        RunningWorker(worker_config(burst=False, **{"concurrency": 4, **config}))
+        for _ in range(workers)
+    ]
+    try:
+        wait_until(
+            lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() >= count,
+            timeout=60,
+            what=f"{count} jobs to complete",
+        )
+    finally:
+        for worker in running:
+            worker.stop()
+    return list(Job.objects.all())
+
+
+def test_one_key_never_runs_two_jobs_at_once_over_three_workers_and_keys_run_side_by_side() -> None:
+    rows = [
+        {"type": "tests.serial", "payload": {"sleep": 0.1}, "concurrency_key": f"customer:{i % 2}"}
+        for i in range(16)
+    ]
+    enqueue_many(rows)
+    jobs = drain_with(3, 16)
+    assert all(job.status == JobStatus.COMPLETED and job.attempts == 1 for job in jobs)
+    for key in ("customer:0", "customer:1"):
+        assert most_running_at_once([j for j in jobs if j.concurrency_key == key]) == 1
+    # The two keys did run at the same time (not one key after the other).
+    assert most_running_at_once(jobs) == 2
+
+
+def test_a_limit_of_two_allows_two_per_key() -> None:
+    enqueue_many([{"type": "tests.pair", "payload": {"sleep": 0.15}, "concurrency_key": "k"}] * 8)
+    jobs = drain_with(2, 8)
+    assert most_running_at_once(jobs) == 2
+
+
+def test_a_busy_key_does_not_block_other_keys_and_its_oldest_job_runs_first() -> None:
+    # Ten jobs of key "a" first in claim order, then one of key "b".
+    enqueue_many(
+        [
+            {"type": "tests.serial", "payload": {"sleep": 0.3, "i": i}, "concurrency_key": "a"}
+            for i in range(10)
+        ]
+    )
+    other = enqueue("tests.serial", {"sleep": 0}, concurrency_key="b").job
+    running = RunningWorker(worker_config(burst=False, concurrency=4))
+    try:
+        wait_until(
+            lambda: Job.objects.get(pk=other.pk).status == JobStatus.COMPLETED,
+            timeout=5,
+            what="key b's job to run while key a is busy",
+        )
+    finally:
+        running.stop()
+    first = Job.objects.filter(concurrency_key="a").exclude(started_at=None).order_by("started_at")
+    assert first[0].payload["i"] == 0  # the oldest job of the key first
+    other.refresh_from_db()
+    assert other.started_at is not None
+    assert other.started_at - first[0].started_at < timedelta(seconds=0.3)
+
+
+def test_racing_claims_on_one_key_never_start_two() -> None:
+    enqueue_many([{"type": "tests.serial", "concurrency_key": "same"}] * 20)
+
+    def claim(i: int) -> int:
+        jobs = db.claim_keyed(
+            "default", worker_id=f"racer-{i}", lease_seconds=30, limit=5, key_limits=SERIAL
+        )
+        return len(jobs)
+
+    for _ in range(3):
+        run_in_threads(8, claim)
+    assert Job.objects.filter(status=JobStatus.RUNNING).count() == 1
+
+
+def test_jobs_with_a_key_of_a_type_without_a_limit_run_unlimited() -> None:
+    enqueue_many([{"type": "tests.record", "concurrency_key": "k"}] * 5)
+    claimed = db.claim(
+        "default", worker_id="w", lease_seconds=30, limit=10, keyed_types=list(SERIAL)
+    )
+    assert len(claimed) == 5
+
+
+def test_the_plain_claim_leaves_keyed_jobs_of_limited_types_alone() -> None:
+    keyed = enqueue("tests.serial", concurrency_key="k").job
+    plain = enqueue("tests.serial").job  # no key: not limited
+    claimed = db.claim(
+        "default", worker_id="w", lease_seconds=30, limit=10, keyed_types=list(SERIAL)
+    )
+    assert [job.id for job in claimed] == [plain.pk]
+    assert Job.objects.get(pk=keyed.pk).status == JobStatus.PENDING
+
+
+def test_a_dead_worker_s_job_holds_its_key_only_until_its_lease_expires() -> None:
+    enqueue("tests.serial", concurrency_key="k", priority=5)
+    (held,) = db.claim_keyed(
+        "default", worker_id="dead", lease_seconds=1.0, limit=1, key_limits=SERIAL
+    )
+    waiting = enqueue("tests.serial", concurrency_key="k").job
+    assert (
+        db.claim_keyed("default", worker_id="w", lease_seconds=30, limit=1, key_limits=SERIAL) == []
+    )
+    wait_until(
+        lambda: db.claim_keyed(
+            "default", worker_id="w", lease_seconds=30, limit=1, key_limits=SERIAL
+        ),
+        timeout=5,
+        what="the key to free once the dead worker's lease expired",
+    )
+    assert Job.objects.get(pk=waiting.pk).status == JobStatus.RUNNING
+    assert held.id != waiting.pk
+
+
+@pytest.mark.parametrize("key", ["", "x" * 256, 42])
+def test_a_bad_concurrency_key_is_refused(key: object) -> None:
+    with pytest.raises(InvalidJob, match="concurrency_key"):
+        enqueue("tests.serial", concurrency_key=key)  # type: ignore[arg-type]
+    assert not Job.objects.exists()
+
+
+def test_enqueue_many_rows_take_a_concurrency_key_and_replays_compare_it() -> None:
+    (result,) = enqueue_many(
+        [{"type": "tests.serial", "concurrency_key": "k", "idempotency_key": "i1"}]
+    )
+    assert result.job.concurrency_key == "k"
+    assert Job.objects.get().concurrency_key == "k"
+    from django_durable_jobs import IdempotencyConflict
+
+    with pytest.raises(IdempotencyConflict, match="concurrency_key"):
+        enqueue("tests.serial", idempotency_key="i1", concurrency_key="other")
