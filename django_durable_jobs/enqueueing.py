@@ -251,6 +251,7 @@ def _job_from_spec(
         None,  # lease_expires_at
         None,  # lease_token
         spec.timeout,  # timeout
+        None,  # cancel_requested_at
     )
     job._state.adding = False
     job._state.db = alias

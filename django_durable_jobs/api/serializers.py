@@ -286,7 +286,7 @@ class JobDetailSerializer(JobSerializer):
     errors = serializers.ListField(child=ObjectField(), read_only=True)  # type: ignore[assignment]
 
     class Meta(JobSerializer.Meta):
-        fields = (*JOB_FIELDS, "timeout", "result", "errors")
+        fields = (*JOB_FIELDS, "timeout", "cancel_requested_at", "result", "errors")
         read_only_fields = fields
 
 

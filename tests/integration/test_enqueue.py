@@ -49,7 +49,7 @@ def test_positional_construction_matches_the_field_order() -> None:
         "id", "type", "queue", "payload", "idempotency_key", "status", "priority",
         "attempts", "max_attempts", "available_at", "created_at", "updated_at",
         "started_at", "completed_at", "last_error", "errors", "result",
-        "lease_holder", "lease_expires_at", "lease_token", "timeout",
+        "lease_holder", "lease_expires_at", "lease_token", "timeout", "cancel_requested_at",
     ]  # fmt: skip
 
 
