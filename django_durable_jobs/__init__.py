@@ -16,6 +16,7 @@ from .exceptions import (
     HandlerAlreadyRegistered,
     IdempotencyConflict,
     InvalidJob,
+    JobCancelled,
     JobTimeout,
     Retry,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "HandlerAlreadyRegistered",
     "IdempotencyConflict",
     "InvalidJob",
+    "JobCancelled",
     "JobContext",
     "JobTimeout",
     "Retry",

@@ -306,7 +306,16 @@ class JobAdmin(_JobModelAdmin):
         ),
         (
             _("Times"),
-            {"fields": ("available_at", "created_at", "updated_at", "started_at", "completed_at")},
+            {
+                "fields": (
+                    "available_at",
+                    "created_at",
+                    "updated_at",
+                    "started_at",
+                    "cancel_requested_at",
+                    "completed_at",
+                )
+            },
         ),
         (_("Payload and result"), {"fields": ("payload_display", "result_display")}),
         (_("Errors"), {"fields": ("last_error_display", "error_history")}),
@@ -332,6 +341,7 @@ class JobAdmin(_JobModelAdmin):
         "created_at",
         "updated_at",
         "started_at",
+        "cancel_requested_at",
         "completed_at",
         "payload_display",
         "result_display",
@@ -472,18 +482,35 @@ class JobAdmin(_JobModelAdmin):
             % {"count": skipped},
         )
 
-    @admin.action(permissions=["change"], description=_("Cancel selected jobs (pending)"))
+    @admin.action(
+        permissions=["change"], description=_("Cancel selected jobs (pending or running)")
+    )
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         result = operations.cancel_many(queryset.values_list("pk", flat=True), using=queryset.db)
-        changed, skipped = len(result.changed), result.skipped
+        changed, skipped, requested = len(result.changed), result.skipped, len(result.requested)
+        if requested:
+            self.message_user(
+                request,
+                ngettext(
+                    "Cancel requested for %(count)d running job: it ends cancelled when its "
+                    "handler stops.",
+                    "Cancel requested for %(count)d running jobs: each ends cancelled when its "
+                    "handler stops.",
+                    requested,
+                )
+                % {"count": requested},
+                messages.SUCCESS,
+            )
+            if not changed and not skipped:
+                return
         self._report(
             request,
             result,
             ngettext("%(count)d job was cancelled.", "%(count)d jobs were cancelled.", changed)
             % {"count": changed},
             ngettext(
-                "%(count)d job was skipped: only pending jobs can be cancelled.",
-                "%(count)d jobs were skipped: only pending jobs can be cancelled.",
+                "%(count)d job was skipped: only pending or running jobs can be cancelled.",
+                "%(count)d jobs were skipped: only pending or running jobs can be cancelled.",
                 skipped,
             )
             % {"count": skipped},

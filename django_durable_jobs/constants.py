@@ -45,3 +45,7 @@ TYPE_INDEX = "durable_jobs_type_idx"
 QUEUE_INDEX = "durable_jobs_queue_idx"
 FINISHED_INDEX = "durable_jobs_finished_idx"
 IDEMPOTENCY_CONSTRAINT = "durable_jobs_idempotency_key_uniq"
+# A cancel of a running job is NOTIFYed on the queue's channel with this
+# prefix before the job's id. Queue names (the enqueue notifications'
+# payload) cannot contain ":", so the two never mix.
+CANCEL_NOTIFY_PREFIX = "cancel:"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .exceptions import JobTimeout
+from .exceptions import JobCancelled, JobTimeout
 
 
 class CancelFlag:
@@ -17,18 +17,31 @@ class CancelFlag:
     A plain attribute rather than a ``threading.Event``: set once, by
     another thread, and read by the handler as often as it likes
     (``ctx.cancelled``); a lock on every read would buy nothing.
+    ``requested`` says that the reason is a cancel of the job (rather than
+    its time limit, a lost lease or a shutdown): ``ctx.check()`` then
+    raises ``JobCancelled``.
     """
 
-    __slots__ = ("_set",)
+    __slots__ = ("_requested", "_set")
 
     def __init__(self) -> None:
         self._set = False
+        self._requested = False
 
     def set(self) -> None:
         self._set = True
 
+    def request_cancel(self) -> None:
+        """Someone cancelled the job: the reason first, so a reader of the flag sees it."""
+        self._requested = True
+        self._set = True
+
     def is_set(self) -> bool:
         return self._set
+
+    @property
+    def requested(self) -> bool:
+        return self._requested
 
 
 @dataclass(frozen=True)
@@ -76,12 +89,17 @@ class JobContext:
 
     @property
     def cancelled(self) -> bool:
-        """True once the attempt is past its deadline or the worker gave up on it.
+        """True once the job was cancelled, or the attempt is past its deadline or
+        the worker gave up on it.
 
-        The worker gives up on an attempt when its lease was lost (the job
-        was reaped and may run elsewhere) or at the end of a shutdown's grace
-        period. Cheap (no query): test it as often as convenient. Whatever
-        the handler does after this turns True is not recorded.
+        A cancel of the running job (``POST /api/jobs/{id}/cancel``, ``jobs
+        cancel``, the admin) turns it True within about a second on whichever
+        worker runs the job; the attempt then ends ``cancelled`` whatever the
+        handler returns. The worker gives up on an attempt when its lease was
+        lost (the job was reaped and may run elsewhere) or at the end of a
+        shutdown's grace period. Cheap (no query): test it as often as
+        convenient. Whatever the handler does after this turns True is not
+        recorded.
         """
         cancel = self._cancel
         if cancel is not None and cancel.is_set():
@@ -90,6 +108,13 @@ class JobContext:
         return deadline is not None and time.monotonic() >= deadline
 
     def check(self) -> None:
-        """Raise ``JobTimeout`` if the attempt is cancelled (see ``cancelled``)."""
+        """Raise if the attempt is cancelled (see ``cancelled``).
+
+        ``JobCancelled`` when the job itself was cancelled, else
+        ``JobTimeout`` (past the deadline, or the worker gave up on it).
+        """
+        cancel = self._cancel
+        if cancel is not None and cancel.requested:
+            raise JobCancelled()
         if self.cancelled:
             raise JobTimeout(self.timeout)

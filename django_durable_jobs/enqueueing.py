@@ -255,6 +255,7 @@ def _job_from_spec(
         None,  # lease_token
         spec.timeout,  # timeout
         spec.concurrency_key,  # concurrency_key
+        None,  # cancel_requested_at
     )
     job._state.adding = False
     job._state.db = alias

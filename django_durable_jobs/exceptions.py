@@ -96,6 +96,22 @@ class JobTimeout(DurableJobsError):
         self.timeout = timeout
 
 
+class JobCancelled(DurableJobsError):
+    """Someone cancelled the running job (REST, CLI, admin or ``operations.cancel``).
+
+    Raised by ``ctx.check()`` once the worker that runs the job has heard of
+    the request (within about a second), and recorded as the error of the
+    attempt, which ends ``cancelled`` and is not retried, whatever the
+    handler does after the request. Like ``JobTimeout``, the worker never
+    raises it inside a running handler: a handler stops early only if it
+    checks ``ctx.cancelled`` (or calls ``ctx.check()``); one that never does
+    is treated like one past its time limit (see docs/guides/time-limits.md).
+    """
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or "the job was cancelled while it ran")
+
+
 class InvalidSchedule(DurableJobsError, ValueError):
     """A schedule (``@job(schedule=...)`` or a ``SCHEDULES`` entry) is invalid.
 

@@ -43,8 +43,10 @@ except ImportError:  # the `metrics` extra is not installed
 
 ENABLED = prometheus_client is not None
 
-#: Results of ``durable_jobs_processed_total``: what the attempt ended in.
-RESULTS = ("completed", "failed", "dead")
+#: Results of ``durable_jobs_processed_total``: what the attempt ended in
+#: (``cancelled``: the job was cancelled while it ran; neither a failure
+#: nor a death, so it does not feed failure-rate alerts).
+RESULTS = ("completed", "failed", "dead", "cancelled")
 #: The statuses ``durable_jobs_queue_depth`` reports (history rows are left
 #: out: counting them would scan the whole table on every scrape).
 DEPTH_STATUSES = ("pending", "running", "dead")
@@ -65,7 +67,7 @@ if prometheus_client is not None:
     )
     PROCESSED = prometheus_client.Counter(
         "durable_jobs_processed",
-        "Attempts by what they ended in: completed, failed (will retry) or dead.",
+        "Attempts by what they ended in: completed, failed (will retry), dead or cancelled.",
         ["queue", "type", "result"],
     )
     UNRECORDED = prometheus_client.Counter(
@@ -122,7 +124,7 @@ def record_enqueued(queue: str, type: str, count: int = 1) -> None:
 # (and type) and kept here. A plain dict: a race only builds a child twice,
 # and prometheus-client returns the same child both times.
 _by_queue: dict[str, tuple[Any, Any]] = {}
-_by_job_type: dict[tuple[str, str], tuple[Any, Any, Any, Any]] = {}
+_by_job_type: dict[tuple[str, str], tuple[Any, ...]] = {}
 _enqueued: dict[tuple[str, str], Any] = {}
 
 
@@ -133,14 +135,13 @@ def _queue_children(queue: str) -> tuple[Any, Any]:
     return children
 
 
-def _job_children(queue: str, type: str) -> tuple[Any, Any, Any, Any]:
+def _job_children(queue: str, type: str) -> tuple[Any, ...]:
+    """One ``durable_jobs_processed_total`` child per ``RESULTS`` entry, then the duration's."""
     key = (queue, type)
     children = _by_job_type.get(key)
     if children is None:
         children = _by_job_type[key] = (
-            PROCESSED.labels(queue, type, "completed"),
-            PROCESSED.labels(queue, type, "failed"),
-            PROCESSED.labels(queue, type, "dead"),
+            *(PROCESSED.labels(queue, type, result) for result in RESULTS),
             DURATION.labels(queue, type),
         )
     return children
@@ -152,6 +153,7 @@ RESULT_OF_TRANSITION = {
     Transition.COMPLETE: "completed",
     Transition.RETRY: "failed",
     Transition.DEAD: "dead",
+    Transition.CANCEL: "cancelled",
 }
 _RESULT_INDEX = {
     transition: RESULTS.index(result) for transition, result in RESULT_OF_TRANSITION.items()
@@ -175,7 +177,7 @@ def record_finished(job: ClaimedJob, transition: Transition, duration: float) ->
         if index is not None:
             children = _job_children(job.queue, job.type)
             children[index].inc()
-            children[3].observe(duration)
+            children[-1].observe(duration)
 
 
 def record_released(job: ClaimedJob) -> None:

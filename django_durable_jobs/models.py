@@ -144,6 +144,16 @@ class Job(models.Model):
         blank=True,
         help_text=_("With the type's concurrency_limit: at most that many running per key."),
     )
+    # Set by a cancel of a running job (operations.cancel): the worker that
+    # holds it tells the handler (ctx.cancelled) and ends the attempt
+    # cancelled. Kept once the job is finished (when it was asked); a
+    # requeue clears it.
+    cancel_requested_at = models.DateTimeField(
+        _("cancel requested at"),
+        null=True,
+        blank=True,
+        help_text=_("When a cancel of the running job was requested."),
+    )
 
     objects = JobQuerySet.as_manager()
 

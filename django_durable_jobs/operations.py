@@ -26,7 +26,8 @@ from .models import Job, JobStatus
 logger = logging.getLogger(__name__)
 
 REQUEUE_FROM = (JobStatus.DEAD, JobStatus.CANCELLED)
-CANCEL_FROM = (JobStatus.PENDING,)
+#: Pending jobs are cancelled at once; running ones are asked to stop.
+CANCEL_FROM = (JobStatus.PENDING, JobStatus.RUNNING)
 RUN_NOW_FROM = (JobStatus.PENDING,)
 
 
@@ -49,10 +50,16 @@ _PAST = {"requeue": "requeued", "cancel": "cancelled", "run now": "run now"}
 
 @dataclass
 class BulkResult:
-    """How many jobs an operation changed, and how many it skipped for their state."""
+    """How many jobs an operation changed, and how many it skipped for their state.
+
+    For a cancel, ``changed`` are the jobs cancelled at once (pending) and
+    ``requested`` the running ones asked to stop (they end ``cancelled`` when
+    their handler stops, see ``cancel``).
+    """
 
     changed: list[uuid.UUID] = field(default_factory=list)
     skipped: int = 0
+    requested: list[uuid.UUID] = field(default_factory=list)
 
 
 def _changes(operation: str) -> tuple[tuple[str, ...], dict[str, Any]]:
@@ -68,10 +75,12 @@ def _changes(operation: str) -> tuple[tuple[str, ...], dict[str, Any]]:
             "lease_holder": None,
             "lease_expires_at": None,
             "lease_token": None,
+            "cancel_requested_at": None,
             "updated_at": Now(),
         }
     if operation == "cancel":
-        return CANCEL_FROM, {
+        # Pending jobs only; running ones are _apply's (request_cancel).
+        return (JobStatus.PENDING,), {
             "status": JobStatus.CANCELLED,
             "completed_at": Now(),
             "updated_at": Now(),
@@ -90,6 +99,14 @@ def _apply(operation: str, job_ids: Iterable[uuid.UUID | str], using: str | None
         changed = list(
             matching.filter(status__in=allowed).values_list("pk", flat=True).select_for_update()
         )
+        requested: list[uuid.UUID] = []
+        if operation == "cancel":
+            # Running jobs: one UPDATE fenced on status='running' sets
+            # cancel_requested_at and NOTIFYs their workers at commit; a job
+            # that finished meanwhile is not matched (and so is skipped).
+            running = set(_uuids(ids)) - set(changed)
+            if running:
+                requested = sorted(db.request_cancel(alias, sorted(running)))
         if changed:
             Job.objects.using(alias).filter(pk__in=changed).update(**changes)
             if operation != "cancel":
@@ -97,22 +114,36 @@ def _apply(operation: str, job_ids: Iterable[uuid.UUID | str], using: str | None
                     Job.objects.using(alias).filter(pk__in=changed).values_list("queue", flat=True)
                 )
                 db.notify(alias, queues)
-        skipped = matching.filter(~Q(pk__in=changed)).count() if len(changed) < len(ids) else 0
+        done = [*changed, *requested]
+        skipped = matching.filter(~Q(pk__in=done)).count() if len(done) < len(ids) else 0
         if operation == "cancel" and changed:
             # Tell the finished listeners (a cancelled Django task reads as
             # FAILED), once the cancel is committed (the caller's, if any).
             transaction.on_commit(functools.partial(hooks.jobs_finished, changed, alias), alias)
     for job_id in changed:
         logger.info("Job %s id=%s", _PAST[operation], job_id, extra={"job_id": str(job_id)})
-    return BulkResult(changed=changed, skipped=skipped)
+    for job_id in requested:
+        logger.info("Job cancel requested id=%s", job_id, extra={"job_id": str(job_id)})
+    return BulkResult(changed=changed, skipped=skipped, requested=requested)
+
+
+def _uuids(values: Iterable[uuid.UUID | str]) -> list[uuid.UUID]:
+    """Ids as UUIDs (a malformed one matches no job, as with the ORM's filter)."""
+    result = []
+    for value in values:
+        try:
+            result.append(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+        except ValueError:
+            continue
+    return result
 
 
 def _one(operation: str, job_id: uuid.UUID | str, using: str | None) -> Job:
     alias = db.database_alias(using)
     result = _apply(operation, [job_id], alias)
     job = Job.objects.using(alias).get(pk=job_id)  # Job.DoesNotExist for an unknown id
-    if not result.changed:
-        allowed, _ = _changes(operation)
+    if not result.changed and not result.requested:
+        allowed = CANCEL_FROM if operation == "cancel" else _changes(operation)[0]
         raise JobStateError(job, operation, allowed)
     return job
 
@@ -126,7 +157,16 @@ def requeue(job_id: uuid.UUID | str, *, using: str | None = None) -> Job:
 
 
 def cancel(job_id: uuid.UUID | str, *, using: str | None = None) -> Job:
-    """Cancel a ``pending`` job. A running job cannot be cancelled (yet)."""
+    """Cancel a ``pending`` job at once, or ask a ``running`` one to stop.
+
+    A running job gets ``cancel_requested_at`` (kept if already set) and its
+    worker is notified at commit: the handler's ``ctx.cancelled`` turns True
+    within about a second and the attempt ends ``cancelled`` (never retried)
+    when the handler stops, or when the watchdog takes it after the time
+    limit's grace (``TIMEOUT_GRACE_SECONDS``). The job returned is then still
+    ``running``, with ``cancel_requested_at`` set. Raises ``Job.DoesNotExist``,
+    or ``JobStateError`` for a finished job.
+    """
     return _one("cancel", job_id, using)
 
 

@@ -296,7 +296,14 @@ class JobDetailSerializer(JobSerializer):
     errors = serializers.ListField(child=ObjectField(), read_only=True)  # type: ignore[assignment]
 
     class Meta(JobSerializer.Meta):
-        fields = (*JOB_FIELDS, "timeout", "concurrency_key", "result", "errors")
+        fields = (
+            *JOB_FIELDS,
+            "timeout",
+            "concurrency_key",
+            "cancel_requested_at",
+            "result",
+            "errors",
+        )
         read_only_fields = fields
 
 

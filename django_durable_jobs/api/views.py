@@ -205,14 +205,33 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
         return self._answer(operations.requeue(self._job_id()))
 
     @extend_schema(
-        summary="Cancel a pending job",
+        summary="Cancel a pending job, or ask a running one to stop",
+        description=(
+            "A pending job is cancelled at once (200). A running job gets "
+            "cancel_requested_at and stays running (202): its handler's ctx.cancelled "
+            "turns true within about a second and the attempt ends cancelled, never "
+            "retried, when the handler stops (or after TIMEOUT_GRACE_SECONDS if it "
+            "never checks). Asking again is harmless (202 again). A finished job: 409."
+        ),
         request=None,
         parameters=[JOB_ID],
-        responses={200: s.JobDetailSerializer, **AUTH_ERRORS, **NOT_FOUND, **STATE_CONFLICT},
+        responses={
+            200: OpenApiResponse(s.JobDetailSerializer, description="The pending job, cancelled."),
+            202: OpenApiResponse(
+                s.JobDetailSerializer,
+                description="The running job, still running, its cancel requested.",
+            ),
+            **AUTH_ERRORS,
+            **NOT_FOUND,
+            **STATE_CONFLICT,
+        },
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
-        return self._answer(operations.cancel(self._job_id()))
+        job = operations.cancel(self._job_id())
+        # Still running: its worker has been asked to stop it (accepted, not done).
+        requested = job.status == JobStatus.RUNNING and job.cancel_requested_at is not None
+        return self._answer(job, http.HTTP_202_ACCEPTED if requested else http.HTTP_200_OK)
 
     @extend_schema(
         summary="Counts by queue and status, and queue lag",

@@ -37,6 +37,7 @@ import psycopg
 from django.db import connections, router, transaction
 
 from ..conf import jobs_settings
+from ..constants import CANCEL_NOTIFY_PREFIX
 from .queries import QUERIES
 from .records import ClaimedJob, ExpiredLease, Outcome, Transition
 
@@ -52,6 +53,7 @@ __all__ = [
     "Outcome",
     "PruneResult",
     "Transition",
+    "cancel_requests",
     "claim",
     "claim_keyed",
     "claim_limited",
@@ -70,6 +72,7 @@ __all__ = [
     "reap",
     "record_outcomes",
     "record_outcomes_directly",
+    "request_cancel",
     "upsert_worker",
 ]
 
@@ -147,6 +150,24 @@ def notify(using: str, queues: Iterable[str]) -> None:
     names = sorted(set(queues))
     if names:
         _run(using, "notify_queues", {"channel": jobs_settings.NOTIFY_CHANNEL, "queues": names})
+
+
+def request_cancel(using: str, job_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Mark these jobs' cancel as requested, if still running, and tell their workers.
+
+    The notification is delivered when the caller's transaction commits.
+    Returns the ids of the running jobs asked.
+    """
+    rows = _run_through_django(
+        using,
+        "request_cancel",
+        {
+            "ids": list(job_ids),
+            "channel": jobs_settings.NOTIFY_CHANNEL,
+            "prefix": CANCEL_NOTIFY_PREFIX,
+        },
+    )
+    return {row[0] for row in rows}
 
 
 def insert_jobs(
@@ -484,6 +505,12 @@ def extend_leases(
         "extend_leases",
         {"ids": list(held), "tokens": list(held.values()), "lease_seconds": float(lease_seconds)},
     )
+    return {row[0] for row in rows}
+
+
+def cancel_requests(using: str, held: Mapping[uuid.UUID, uuid.UUID]) -> set[uuid.UUID]:
+    """Which of ``held`` (``{job id: lease token}``) have a cancel requested (no write)."""
+    rows = _run(using, "cancel_requests", {"ids": list(held), "tokens": list(held.values())})
     return {row[0] for row in rows}
 
 

@@ -190,7 +190,7 @@ WITH candidates AS MATERIALIZED (
 <<_claimed>>
 
 -- record_outcomes --
--- Record the outcomes of a batch of attempts in one statement: each row's transition (complete, retry, dead, release) says what it writes. Each outcome is fenced by its claim's lease token: an outcome from a worker whose lease was reaped (and maybe claimed again) matches no row and changes nothing. Returns the ids written.
+-- Record the outcomes of a batch of attempts in one statement: each row's transition (complete, retry, dead, release, cancel) says what it writes. Each outcome is fenced by its claim's lease token: an outcome from a worker whose lease was reaped (and maybe claimed again) matches no row and changes nothing. A retry or release of a job whose cancel was requested (cancel_requested_at) ends it cancelled instead: the worker had not heard of the request yet, and a cancelled job must not run again. Returns the ids written.
 WITH outcome AS (
     -- Row: [id, lease_token, transition, result, delay_us, run_at,
     --       last_error, error_entry]
@@ -206,20 +206,29 @@ WITH outcome AS (
     FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
 )
 UPDATE durable_jobs_job AS job
-SET status = CASE outcome.transition
-        WHEN 'complete' THEN 'completed'
-        WHEN 'dead' THEN 'dead'
+SET status = CASE
+        WHEN outcome.transition = 'complete' THEN 'completed'
+        WHEN outcome.transition = 'dead' THEN 'dead'
+        WHEN outcome.transition = 'cancel' THEN 'cancelled'
+        -- A retry or release that raced a cancel request (see above).
+        WHEN job.cancel_requested_at IS NOT NULL THEN 'cancelled'
         ELSE 'pending'  -- retry, release
     END,
     result = CASE WHEN outcome.transition = 'complete' THEN outcome.result ELSE job.result END,
-    completed_at = CASE WHEN outcome.transition IN ('complete', 'dead') THEN now() END,
+    completed_at = CASE
+        WHEN outcome.transition IN ('complete', 'dead', 'cancel') OR job.cancel_requested_at IS NOT NULL
+        THEN now()
+    END,
     available_at = CASE
-        WHEN outcome.transition IN ('retry', 'release')
+        WHEN outcome.transition IN ('retry', 'release') AND job.cancel_requested_at IS NULL
         THEN COALESCE(outcome.run_at, now() + COALESCE(outcome.delay_us, 0) * interval '1 microsecond')
         ELSE job.available_at
     END,
     -- A release (shutdown) gives the attempt back: it never really ran.
-    attempts = CASE WHEN outcome.transition = 'release' THEN job.attempts - 1 ELSE job.attempts END,
+    attempts = CASE
+        WHEN outcome.transition = 'release' AND job.cancel_requested_at IS NULL THEN job.attempts - 1
+        ELSE job.attempts
+    END,
     last_error = COALESCE(outcome.last_error, job.last_error),
     errors = CASE
         WHEN outcome.error_entry IS NULL THEN job.errors
@@ -248,11 +257,12 @@ WHERE job.id = held.id AND job.lease_token = held.token AND job.status = 'runnin
 RETURNING job.id;
 
 -- reap_jobs --
--- Find and lock (up to %(limit)s) running jobs whose lease expired: their worker died or hung. The reaper decides each one's retry or dead in Python (the same rules as a failed attempt) and writes them with record_outcomes in the same transaction, fenced by the lease token read here. A transaction-level advisory lock lets one reaper work at a time; the others find nothing.
+-- Find and lock (up to %(limit)s) running jobs whose lease expired: their worker died or hung. The reaper decides each one's retry, dead or (a cancel was requested) cancel in Python (the same rules as a failed attempt) and writes them with record_outcomes in the same transaction, fenced by the lease token read here. A transaction-level advisory lock lets one reaper work at a time; the others find nothing.
 WITH reaper AS (
     SELECT pg_try_advisory_xact_lock(%(lock_key)s) AS acquired
 )
-SELECT id, type, queue, attempts, max_attempts, lease_token, lease_holder, lease_expires_at
+SELECT id, type, queue, attempts, max_attempts, lease_token, lease_holder, lease_expires_at,
+    cancel_requested_at IS NOT NULL
 FROM durable_jobs_job
 WHERE status = 'running' AND lease_expires_at < now()
     AND (SELECT acquired FROM reaper)
@@ -384,6 +394,20 @@ SET starts = ARRAY(
     updated_at = now()
 WHERE queue = %(queue)s
 RETURNING queue;
+-- request_cancel --
+-- Ask the workers to stop these running jobs: set cancel_requested_at (kept if already set) on those still running, and NOTIFY '<prefix><job id>' on the queue's channel (delivered at commit) so that the worker holding each one tells its handler at once. Returns the ids asked.
+UPDATE durable_jobs_job
+SET cancel_requested_at = COALESCE(cancel_requested_at, now()), updated_at = now()
+WHERE id = ANY(%(ids)s::uuid[]) AND status = 'running'
+RETURNING id, pg_notify(%(channel)s, %(prefix)s || id::text);
+
+-- cancel_requests --
+-- The fallback for a lost cancel notification, polled by each worker's maintenance thread while it holds jobs: which of these (held, by lease token) running jobs have a cancel requested. Primary-key lookups; nothing is written.
+SELECT job.id
+FROM durable_jobs_job AS job
+JOIN unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS held(id, token)
+    ON job.id = held.id AND job.lease_token = held.token
+WHERE job.cancel_requested_at IS NOT NULL AND job.status = 'running';
 
 -- next_available_at --
 -- When the next pending job in these queues (NULL: all) becomes runnable, so an idle worker can sleep until then instead of a full poll interval.

@@ -26,6 +26,8 @@ class Transition(str, enum.Enum):
     DEAD = "dead"
     #: Given back unfinished (shutdown): ``pending`` now, the attempt not counted.
     RELEASE = "release"
+    #: The job was cancelled while it ran: ``cancelled``, never retried.
+    CANCEL = "cancel"
 
 
 class ClaimedJob(NamedTuple):
@@ -69,3 +71,5 @@ class ExpiredLease(NamedTuple):
     lease_token: uuid.UUID
     lease_holder: str
     lease_expires_at: datetime
+    #: A cancel was requested while it ran: the reaper ends it ``cancelled``.
+    cancel_requested: bool = False

@@ -20,6 +20,15 @@ States, and who records the attempt's outcome in each::
                     of the grace period from RUNNING)──> RELEASED:
                                 the shutdown's release; a late outcome dropped
 
+A cancel of the running job (``request_cancel``: a NOTIFY, or the
+maintenance thread's poll) sets the attempt's cancel flag and brings its
+deadline forward to the time limit's grace from now: a handler that
+stops records the ``cancel`` outcome itself (the executor turns whatever
+it returned into one), one that does not is taken by the watchdog at
+that deadline exactly like one past its time limit (``TIMED_OUT``, then
+a recycle if the thread is still busy a grace later), but its outcome
+is the cancel.
+
 An attempt leaves the table once nothing more can happen to it: its
 thread (if it ever started) has returned and its recorded outcome (if any)
 has been written, or given up on.
@@ -52,8 +61,9 @@ class State(enum.Enum):
     RUNNING = "running"
     #: The handler returned; its outcome is with the completer.
     FINISHED = "finished"
-    #: Past its deadline: the watchdog recorded a failed attempt. The thread
-    #: keeps its slot until it returns; what it returns is dropped.
+    #: Past its deadline: the watchdog recorded a failed attempt (or, for a
+    #: job cancelled while it ran, the cancel). The thread keeps its slot
+    #: until it returns; what it returns is dropped.
     TIMED_OUT = "timed out"
     #: A heartbeat found the lease gone (reaped): nothing of this attempt is
     #: recorded, the job may already run elsewhere.
@@ -71,6 +81,7 @@ class Attempt:
 
     __slots__ = (
         "cancel",
+        "cancel_requested",
         "deadline",
         "deadline_at",
         "group",
@@ -92,9 +103,12 @@ class Attempt:
         self.state = State.CLAIMED
         #: ``ctx.cancelled``: set when the worker gives up on the attempt.
         self.cancel = CancelFlag()
+        #: Monotonic time this worker heard of a cancel of the job; None: none.
+        self.cancel_requested: float | None = None
         self.timeout: float | None = None
         self.started: float | None = None
-        #: Monotonic: immune to changes of the system clock.
+        #: Monotonic: immune to changes of the system clock. The time limit's
+        #: end, or sooner: a cancel request's grace (``request_cancel``).
         self.deadline: float | None = None
         #: The same moment on the wall clock, for the handler (``ctx.deadline``).
         self.deadline_at: datetime | None = None
@@ -262,6 +276,43 @@ class AttemptTable:
     def stuck(self) -> list[Attempt]:
         with self.lock:
             return [a for a in self._attempts.values() if a.stuck and a.thread_running]
+
+    # -- cancel requests --------------------------------------------------
+
+    def request_cancel(self, job_ids: Iterable[uuid.UUID], grace: float) -> list[Attempt]:
+        """These jobs were cancelled: tell their handlers, give them ``grace`` s to stop.
+
+        Only attempts whose handler still owns the outcome (claimed or
+        running) and were not told before; returns them. A running one's
+        deadline comes forward to ``grace`` s from now (the watchdog takes it
+        then, as at a time limit); a claimed one ends when a thread begins it
+        (the executor sees the flag and never runs the handler).
+        """
+        wanted = set(job_ids)
+        now = self.clock()
+        with self.lock:
+            told = [
+                a
+                for a in self._attempts.values()
+                if a.job.id in wanted and a.state in HANDLER_OWNS and a.cancel_requested is None
+            ]
+            for attempt in told:
+                attempt.cancel_requested = now
+                attempt.cancel.request_cancel()
+                if attempt.state is State.RUNNING:
+                    end = now + grace
+                    if attempt.deadline is None or end < attempt.deadline:
+                        attempt.deadline = end
+            return told
+
+    def untold(self) -> dict[uuid.UUID, uuid.UUID]:
+        """``{job id: lease token}`` of the attempts a cancel request would still reach."""
+        with self.lock:
+            return {
+                a.job.id: a.token
+                for a in self._attempts.values()
+                if a.state in HANDLER_OWNS and a.cancel_requested is None
+            }
 
     # -- the heartbeat ----------------------------------------------------
 

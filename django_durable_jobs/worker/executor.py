@@ -21,7 +21,7 @@ from ..backoff import RetryPolicy
 from ..constants import MAX_DELAY_SECONDS
 from ..context import JobContext
 from ..db.records import ClaimedJob, Outcome, Transition
-from ..exceptions import Discard, JobTimeout, Retry
+from ..exceptions import Discard, JobCancelled, JobTimeout, Retry
 from ..registry import registry
 from . import outcomes
 from .attempts import Attempt
@@ -92,6 +92,8 @@ def execute(
         attempt = watchdog.begin(job, handler.timeout)
         if attempt is None:
             return None
+        if attempt.cancel.requested:  # cancelled while it waited for a thread
+            return _cancelled(job, worker_id, time.perf_counter(), log_fields, None, ran=False)
     ctx = JobContext(
         id=job.id,
         type=job.type,
@@ -112,7 +114,14 @@ def execute(
     # Once per job, before it: the connection then serves the whole job.
     close_old_connections()
     try:
-        value = handler.func(ctx)
+        try:
+            value = handler.func(ctx)
+        except Exception as exc:
+            # After a cancel of the job, whatever the handler raised (JobCancelled
+            # from ctx.check(), or anything else) ends the attempt cancelled.
+            if attempt is not None and attempt.cancel.requested:
+                return _cancelled(job, worker_id, started, log_fields, exc)
+            raise
     except Discard as exc:
         outcome = outcomes.dead(job, worker_id, describe(exc))
         logger.error(
@@ -152,6 +161,8 @@ def execute(
         )  # fmt: skip
         raise StopWorker(release(job.id, job.lease_token), exc) from exc
 
+    if attempt is not None and attempt.cancel.requested:
+        return _cancelled(job, worker_id, started, log_fields, None)
     duration = time.perf_counter() - started
     try:
         result_json = _RESULT_ENCODER.encode(value)
@@ -200,6 +211,41 @@ def timed_out(
         job, worker_id, policy, JobTimeout(timeout), time.perf_counter() - elapsed,
         _log_fields(job, worker_id), traceback_text=tb, announce_if_dead=True,
     )  # fmt: skip
+
+
+def _cancelled(
+    job: ClaimedJob,
+    worker_id: str,
+    started: float,
+    log_fields: dict[str, object],
+    exc: Exception | None,
+    *,
+    ran: bool = True,
+) -> Outcome:
+    """The job was cancelled while this attempt ran: the ``cancel`` outcome, logged.
+
+    ``exc`` is what the handler raised after the request (None: it returned,
+    and its result is not stored); ``ran`` is False when the request came
+    before a thread began the attempt.
+    """
+    duration = time.perf_counter() - started
+    if not ran:
+        detail, tb = "before its handler started", ""
+    elif exc is None:
+        detail, tb = "its handler returned after the request; no result stored", ""
+    elif isinstance(exc, JobCancelled):
+        detail, tb = "its handler stopped", describe(exc).traceback
+    else:
+        raised = describe(exc)
+        detail, tb = f"its handler then raised {raised.message}", raised.traceback
+    failure = outcomes.cancelled_failure(detail)
+    failure.traceback = tb
+    logger.info(
+        "Job cancelled id=%s type=%s attempt=%s/%s worker=%s duration=%.3f: %s",
+        job.id, job.type, job.attempt, job.max_attempts, worker_id, duration, detail,
+        extra={**log_fields, "duration": duration},
+    )  # fmt: skip
+    return outcomes.cancel(job, worker_id, failure)
 
 
 def _failed(

@@ -3,17 +3,24 @@
 Enqueue sends ``NOTIFY <channel>, '<queue>'`` in its transaction, so the
 notification arrives at commit. Notifications can be missed (while this
 connection reconnects, for example), which is why the worker also polls.
+
+A cancel of a running job comes on the same channel as
+``'cancel:<job id>'`` (``constants.CANCEL_NOTIFY_PREFIX``; a queue name
+cannot contain ":"): ``on_cancel`` hears of it. Its fallback is the
+maintenance thread's poll (``maintenance.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable
 
 import psycopg
 
 from .. import db
+from ..constants import CANCEL_NOTIFY_PREFIX
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -23,12 +30,18 @@ RECONNECT_CAP_SECONDS = 30.0
 
 class Listener:
     def __init__(
-        self, alias: str, channel: str, queues: frozenset[str] | None, wake: Callable[[], None]
+        self,
+        alias: str,
+        channel: str,
+        queues: frozenset[str] | None,
+        wake: Callable[[], None],
+        on_cancel: Callable[[uuid.UUID], None] | None = None,
     ) -> None:
         self._params = db.connection_params(alias)
         self._channel = channel
         self._queues = queues
         self._wake = wake
+        self._on_cancel = on_cancel
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="durable-jobs-listener", daemon=True)
         self.connected = threading.Event()
@@ -55,7 +68,9 @@ class Listener:
                     while not self._stop.is_set():
                         # A short timeout: stop() is noticed quickly at shutdown.
                         for notify in conn.notifies(timeout=0.25):
-                            if self._queues is None or notify.payload in self._queues:
+                            if notify.payload.startswith(CANCEL_NOTIFY_PREFIX):
+                                self._cancel_notified(notify.payload)
+                            elif self._queues is None or notify.payload in self._queues:
                                 self._wake()
             except psycopg.Error as exc:
                 self.connected.clear()
@@ -67,3 +82,13 @@ class Listener:
                 )  # fmt: skip
                 self._stop.wait(delay)
                 delay = min(RECONNECT_CAP_SECONDS, delay * 2)
+
+    def _cancel_notified(self, payload: str) -> None:
+        if self._on_cancel is None:
+            return
+        try:
+            job_id = uuid.UUID(payload[len(CANCEL_NOTIFY_PREFIX) :])
+        except ValueError:
+            logger.warning("Ignoring a malformed cancel notification %r", payload)
+            return
+        self._on_cancel(job_id)

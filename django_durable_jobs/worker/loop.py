@@ -46,7 +46,7 @@ from .completer import Completer
 from .executor import StopWorker, execute, internal_error
 from .listener import Listener
 from .maintenance import Maintenance
-from .outcomes import release
+from .outcomes import cancel, cancelled_failure, release
 from .pool import (
     SCALE_DOWN_AFTER_SECONDS,
     SlotGroup,
@@ -234,9 +234,17 @@ class Worker:
             self._history_limit,
             on_heartbeat=self.presence.beat,
             clock=clock,
+            untold=self.attempts.untold,
+            on_cancel=self._cancels_requested,
         )
         self.listener = (
-            Listener(config.alias, str(jobs_settings.NOTIFY_CHANNEL), config.queues, self._notify)
+            Listener(
+                config.alias,
+                str(jobs_settings.NOTIFY_CHANNEL),
+                config.queues,
+                self._notify,
+                on_cancel=lambda job_id: self._cancels_requested({job_id}),
+            )
             if config.listen
             else None
         )
@@ -650,8 +658,12 @@ class Worker:
         elif state is State.TIMED_OUT:
             # The watchdog recorded and counted this attempt at its deadline.
             logger.info(
-                "Late outcome of job %s dropped: the attempt had failed at its time limit",
-                job.id, extra={"job_id": str(job.id)},
+                "Late outcome of job %s dropped: the attempt had %s",
+                job.id,
+                "failed at its time limit"
+                if attempt is None or attempt.cancel_requested is None
+                else "ended cancelled at its cancel's grace",
+                extra={"job_id": str(job.id)},
             )  # fmt: skip
         else:
             if state is State.LEASE_LOST and metrics.ENABLED:
@@ -733,6 +745,18 @@ class Worker:
                     extra={"job_id": str(outcome.job_id)},
                 )  # fmt: skip
 
+    def _cancels_requested(self, job_ids: set[uuid.UUID]) -> None:
+        """Listener or maintenance: these jobs were cancelled; tell the attempts we hold."""
+        for attempt in self.watchdog.request_cancel(job_ids):
+            job = attempt.job
+            logger.info(
+                "Cancel requested for job %s type=%s attempt=%s: ctx.cancelled is now True; "
+                "the handler has %ss to stop worker=%s",
+                job.id, job.type, job.attempt, self.watchdog.grace, self.config.worker_id,
+                extra={"job_id": str(job.id), "job_type": job.type,
+                       "worker_id": self.config.worker_id},
+            )  # fmt: skip
+
     def _stuck(self, attempt: Attempt) -> None:
         """Watchdog: a handler thread is still busy ``grace`` s past its deadline; recycle."""
         with self._cond:
@@ -809,6 +833,15 @@ class Worker:
         for attempt in attempts:
             job = attempt.job
             metrics.record_released(job)
+            if attempt.cancel_requested is not None:
+                # Cancelled: given back, it would only be cancelled (record_outcomes).
+                logger.warning(
+                    "Job cancelled id=%s type=%s: %s", job.id, job.type, why,
+                    extra={"job_id": str(job.id), "job_type": job.type},
+                )  # fmt: skip
+                failure = cancelled_failure(why)
+                self.completer.submit(cancel(job, self.config.worker_id, failure))
+                continue
             logger.warning(
                 "Releasing job %s type=%s: %s",
                 job.id, job.type, why, extra={"job_id": str(job.id), "job_type": job.type},

@@ -8,7 +8,11 @@ time limit agree). Reaper: every worker periodically returns jobs whose
 lease expired (their worker died or hung) to ``pending`` with backoff, or
 to ``dead`` when out of attempts, by the same rule and backoff as any
 failed attempt (``outcomes.after_failure``); an advisory lock in the
-statement lets one worker reap at a time. Pruning:
+statement lets one worker reap at a time. Cancel
+requests: NOTIFY tells the worker at once (``listener.py``); as the
+fallback, while the worker holds jobs not yet told of a cancel, this thread
+asks the database every ``CANCEL_POLL_SECONDS`` which of them have one (a
+read by primary key, no write). Pruning:
 when ``RETENTION`` is set, about once a minute one worker (another advisory
 lock) deletes finished jobs past their retention, a few small batches per
 round so that it never hogs the database.
@@ -43,6 +47,9 @@ PRUNER_LOCK_KEY = pruning.PRUNER_LOCK_KEY
 PRUNE_INTERVAL = 60.0  # seconds
 PRUNE_BATCH = 1_000
 PRUNE_MAX_BATCHES = 10
+# A cancel request reaches the handler within about a second even when its
+# notification is lost (the LISTEN connection down, a pooler in the way).
+CANCEL_POLL_SECONDS = 1.0
 
 
 def reaped(lease: ExpiredLease, policy: RetryPolicy) -> Outcome:
@@ -50,7 +57,14 @@ def reaped(lease: ExpiredLease, policy: RetryPolicy) -> Outcome:
 
     Retried with the policy's backoff, or dead when it was the last one,
     exactly as if its handler had raised. The error names the lost worker.
+    A job whose cancel was requested ends ``cancelled`` instead: never run again.
     """
+    if lease.cancel_requested:
+        failure = outcomes.cancelled_failure(
+            f"its worker {lease.lease_holder} stopped before the attempt ended: the lease "
+            f"expired at {lease.lease_expires_at}"
+        )
+        return outcomes.cancel(lease, lease.lease_holder, failure)
     failure = outcomes.Failure(
         f"Abandoned: the lease of worker {lease.lease_holder} expired",
         "django_durable_jobs.LeaseExpired",
@@ -66,12 +80,18 @@ def reaped(lease: ExpiredLease, policy: RetryPolicy) -> Outcome:
     )
 
 
+_STATUS_AFTER_REAP = {Transition.DEAD: "dead", Transition.CANCEL: "cancelled"}
+
+
 class Maintenance:
     """The heartbeat, the reaper and the pruner of one worker.
 
     ``held()`` gives the leases to extend (``{job id: lease token}``);
     ``on_lost(job ids)`` hears of held jobs whose lease could not be
-    extended. ``clock`` is the monotonic clock (tests pass their own).
+    extended. ``untold()`` gives the held jobs whose handler was not yet
+    told of a cancel (``{job id: lease token}``), and ``on_cancel(job ids)``
+    hears of those that have one. ``clock`` is the monotonic clock (tests
+    pass their own).
     """
 
     def __init__(
@@ -85,8 +105,13 @@ class Maintenance:
         history_limit: int,
         on_heartbeat: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        untold: Callable[[], Mapping[uuid.UUID, uuid.UUID]] | None = None,
+        on_cancel: Callable[[set[uuid.UUID]], None] | None = None,
     ) -> None:
         self._alias = alias
+        self._untold = untold
+        self._on_cancel = on_cancel
+        self.cancel_poll_interval = CANCEL_POLL_SECONDS
         # Each heartbeat also records the worker as alive (workers table).
         self._on_heartbeat = on_heartbeat
         self._clock = clock
@@ -121,12 +146,16 @@ class Maintenance:
         next_heartbeat = self._clock()
         next_reap = self._clock() + random.uniform(0, self.reap_interval)
         next_prune = self._clock() + random.uniform(0, self.prune_interval)
+        next_cancel_poll = self._clock() + self.cancel_poll_interval
         try:
             while not self._stop.is_set():
                 now = self._clock()
                 if now >= next_heartbeat:
                     self._guarded(self.heartbeat)
                     next_heartbeat = now + self.heartbeat_interval
+                if now >= next_cancel_poll:
+                    self._guarded(self.poll_cancels)
+                    next_cancel_poll = now + self.cancel_poll_interval
                 if now >= next_reap:
                     self._guarded(self.reap)
                     next_reap = now + self.reap_interval * random.uniform(0.75, 1.25)
@@ -134,6 +163,8 @@ class Maintenance:
                     self._guarded(self.prune)
                     next_prune = now + self.prune_interval * random.uniform(0.75, 1.25)
                 wake = min(next_heartbeat, next_reap)
+                if self._untold is not None:
+                    wake = min(wake, next_cancel_poll)
                 if self.retention:
                     wake = min(wake, next_prune)
                 self._stop.wait(max(0.0, wake - self._clock()))
@@ -169,6 +200,18 @@ class Maintenance:
             self._on_lost(lost)
         return True
 
+    def poll_cancels(self) -> set[uuid.UUID]:
+        """Which held jobs not yet told have a cancel requested; tell them (no query if none)."""
+        if self._untold is None:
+            return set()
+        untold = dict(self._untold())
+        if not untold:
+            return set()
+        requested = db.cancel_requests(self._alias, untold)
+        if requested and self._on_cancel is not None:
+            self._on_cancel(requested)
+        return requested
+
     def reap(self) -> int:
         """Return the jobs of expired leases to pending or dead; how many."""
         reaped_jobs = db.reap(
@@ -179,7 +222,7 @@ class Maintenance:
             decide=lambda lease: reaped(lease, self._policy),
         )
         for lease, outcome in reaped_jobs:
-            now = "dead" if outcome.transition is Transition.DEAD else "pending"
+            now = _STATUS_AFTER_REAP.get(outcome.transition, "pending")
             log = logger.error if now == "dead" else logger.warning
             log(
                 "Job reaped id=%s type=%s attempt=%s now=%s worker=%s: %s",

@@ -1,4 +1,4 @@
-"""The verbs that end an attempt: complete, retry, dead, release.
+"""The verbs that end an attempt: complete, retry, dead, release, cancel.
 
 Each builds the ``Outcome`` that ``db.record_outcomes`` writes; the
 ``Transition`` it carries is the same word. ``after_failure`` holds the
@@ -31,6 +31,8 @@ __all__ = [
     "Outcome",
     "Transition",
     "after_failure",
+    "cancel",
+    "cancelled_failure",
     "complete",
     "dead",
     "describe",
@@ -138,6 +140,32 @@ def retry(
 def release(job_id: uuid.UUID, lease_token: uuid.UUID) -> Outcome:
     """Give the job back (shutdown): pending now, the attempt not counted."""
     return Outcome(job_id, lease_token, Transition.RELEASE, delay_us=0)
+
+
+def cancelled_failure(detail: str = "") -> Failure:
+    """The error history's entry of an attempt ended by a cancel of its job."""
+    message = "django_durable_jobs.exceptions.JobCancelled: the job was cancelled while it ran"
+    if detail:
+        message = f"{message} ({detail})"
+    return Failure(message[:MAX_ERROR_CHARS], "django_durable_jobs.exceptions.JobCancelled", "")
+
+
+def cancel(job: AttemptOf, worker_id: str, failure: Failure, *, announce: bool = True) -> Outcome:
+    """The job was cancelled while it ran: ``cancelled``, never retried.
+
+    Whatever the handler returned or raised after the request: ``failure``
+    says why it ended (``cancelled_failure``) and goes into the history.
+    Announced (``hooks.jobs_finished``) once written, since no handler's
+    return says how the job ended.
+    """
+    return Outcome(
+        job.id,
+        job.lease_token,
+        Transition.CANCEL,
+        last_error=_last_error(failure),
+        error_entry_json=_error_entry(job, worker_id, failure),
+        announce=announce,
+    )
 
 
 def exhausted(job: AttemptOf) -> bool:

@@ -22,6 +22,13 @@ watchdog's own sleeps until the nearest deadline. When one passes:
    that its process manager starts a fresh one. Python cannot kill a
    thread; a new process is the only way to get the slot back.
 
+A job cancelled while it runs goes the same way: its cancel flag is set at
+once, and its deadline comes forward to ``grace`` seconds after the worker
+heard of the request (``request_cancel``). A handler that stops before
+then ends the attempt ``cancelled`` itself; at that deadline the watchdog
+records the ``cancel`` outcome (not a failed attempt), and a thread still
+busy ``grace`` seconds later recycles the worker, as above.
+
 Why the thread is never interrupted: an asynchronous exception
 (``PyThreadState_SetAsyncExc``) lands at any bytecode, including between a
 library's ``lock.acquire()`` and the ``try``/``finally`` that releases it.
@@ -46,6 +53,7 @@ from collections.abc import Callable
 from .. import metrics
 from ..backoff import RetryPolicy
 from ..db.records import ClaimedJob, Outcome
+from . import outcomes
 from .attempts import Attempt, AttemptTable
 from .executor import timed_out
 
@@ -105,6 +113,8 @@ class Watchdog:
         self._thread = threading.Thread(target=self._run, name="durable-jobs-watchdog", daemon=True)
         #: Attempts failed at their deadline, for tests and logs.
         self.timed_out = 0
+        #: Attempts of cancelled jobs ended here, their handler still running.
+        self.cancelled = 0
 
     # -- the handler threads' side --------------------------------------
 
@@ -118,6 +128,15 @@ class Watchdog:
         return attempt
 
     # -- the worker's side ----------------------------------------------
+
+    def request_cancel(self, job_ids: set[uuid.UUID]) -> list[Attempt]:
+        """These jobs were cancelled: set their attempts' flags, and take them at the
+        grace's end if their handlers have not stopped by then. The attempts told."""
+        with self._cond:
+            told = self.attempts.request_cancel(job_ids, self.grace)
+            if told:
+                self._cond.notify_all()  # a deadline came forward
+        return told
 
     def start(self) -> None:
         self._thread.start()
@@ -182,6 +201,9 @@ class Watchdog:
             return  # no longer this worker's to record (finished, released, lease lost)
         assert attempt.started is not None
         elapsed = self.attempts.clock() - attempt.started
+        if attempt.cancel_requested is not None:
+            self._cancel(attempt, elapsed, stack)
+            return
         outcome = timed_out(job, self.worker_id, self.policy, attempt.timeout, elapsed, stack)
         self._submit(outcome)
         self.timed_out += 1
@@ -196,16 +218,40 @@ class Watchdog:
             extra={"job_id": str(job.id), "job_type": job.type, "worker_id": self.worker_id},
         )  # fmt: skip
 
+    def _cancel(self, attempt: Attempt, elapsed: float, stack: str) -> None:
+        """The handler of a cancelled job did not stop within the grace: end it cancelled."""
+        job = attempt.job
+        failure = outcomes.cancelled_failure(
+            f"its handler had not stopped {self.grace:g} s after the request"
+        )
+        if stack:
+            failure.traceback = (
+                f"Handler thread at the end of the grace (most recent call last):\n{stack}"
+            )
+        outcome = outcomes.cancel(job, self.worker_id, failure)
+        self._submit(outcome)
+        self.cancelled += 1
+        if metrics.ENABLED:
+            metrics.record_finished(job, outcome.transition, elapsed)
+        logger.warning(
+            "Job cancelled id=%s type=%s attempt=%s worker=%s: its handler did not stop "
+            "within %ss of the cancel request (it never checks ctx.cancelled?); its thread "
+            "keeps its slot until it returns (at most %ss more before a recycle)",
+            job.id, job.type, job.attempt, self.worker_id, self.grace, self.grace,
+            extra={"job_id": str(job.id), "job_type": job.type, "worker_id": self.worker_id},
+        )  # fmt: skip
+
     def _report_stuck(self, attempt: Attempt) -> None:
         if not self.attempts.mark_stuck(attempt):
             return
         job = attempt.job
+        limit = "its time limit" if attempt.cancel_requested is None else "its cancel's grace"
         logger.error(
-            "Handler thread of job %s type=%s has not returned %ss after its time limit "
+            "Handler thread of job %s type=%s has not returned %ss after %s "
             "(blocked without a timeout, or a loop that ignores ctx.cancelled?): the worker "
             "stops claiming and will exit for a restart once its other jobs finish "
             "worker=%s\n%s",
-            job.id, job.type, self.grace, self.worker_id, thread_stack(attempt.thread_id),
+            job.id, job.type, self.grace, limit, self.worker_id, thread_stack(attempt.thread_id),
             extra={"job_id": str(job.id), "job_type": job.type, "worker_id": self.worker_id},
         )  # fmt: skip
         self._on_stuck(attempt)

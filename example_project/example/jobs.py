@@ -44,6 +44,22 @@ def timeboxed(ctx: JobContext) -> dict[str, float]:
     return {"slept": seconds}
 
 
+@job("example.cancellable")
+def cancellable(ctx: JobContext) -> dict[str, float]:
+    """Loops for ``payload["seconds"]`` (default 10), checking ``ctx.check()`` every 50 ms.
+
+    Cancel it while it runs (``POST /api/jobs/{id}/cancel``: 202, ``jobs cancel
+    ID``, the admin): ``ctx.check()`` raises ``JobCancelled`` within about a
+    second and the job ends ``cancelled``, not retried.
+    """
+    seconds = float(ctx.payload.get("seconds", 10))
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        ctx.check()
+        time.sleep(min(0.05, left))
+    return {"looped": seconds}
+
+
 class ExampleFailure(Exception):
     pass
 

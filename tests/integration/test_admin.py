@@ -178,15 +178,19 @@ def test_requeue_from_the_dead_jobs_page(admin_client: Client) -> None:
     assert status_of(dead) == JobStatus.PENDING
 
 
-def test_cancel_changes_pending_jobs_and_skips_the_others(admin_client: Client) -> None:
+def test_cancel_changes_pending_jobs_requests_running_ones_and_skips_the_others(
+    admin_client: Client,
+) -> None:
     pending = make_job()
     running = make_job(status=JobStatus.RUNNING)
     dead = make_job(status=JobStatus.DEAD)
     html = run_action(admin_client, JOBS, "cancel_jobs", [pending, running, dead])
     assert "1 job was cancelled." in html
-    assert "2 jobs were skipped: only pending jobs can be cancelled." in html
+    assert "Cancel requested for 1 running job: it ends cancelled when its handler stops." in html
+    assert "1 job was skipped: only pending or running jobs can be cancelled." in html
     assert status_of(pending) == JobStatus.CANCELLED
     assert status_of(running) == JobStatus.RUNNING
+    assert Job.objects.get(pk=running.pk).cancel_requested_at is not None
     assert status_of(dead) == JobStatus.DEAD
 
 

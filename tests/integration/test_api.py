@@ -402,12 +402,29 @@ def test_cancel_cancels_a_pending_job(staff: Api, slash: str) -> None:
     assert response.json()["completed_at"] is not None
 
 
-@pytest.mark.parametrize(
-    "status", [JobStatus.RUNNING, JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED]
-)
-def test_cancel_of_a_job_that_is_not_pending_is_a_409(staff: Api, status: str) -> None:
+@SLASHES
+def test_cancel_of_a_running_job_is_a_202_and_asks_its_worker(staff: Api, slash: str) -> None:
+    job = make(JobStatus.RUNNING)
+    response = staff.post(f"/api/jobs/{job.pk}/cancel{slash}")
+    assert response.status_code == 202, response.content
+    body = response.json()
+    # Accepted, not done: still running until its handler stops.
+    assert body["status"] == "running" and body["completed_at"] is None
+    assert body["cancel_requested_at"] is not None
+    first = Job.objects.get(pk=job.pk).cancel_requested_at
+    assert first is not None
+    # Asking again is harmless: 202, the first request's time kept.
+    again = staff.post(f"/api/jobs/{job.pk}/cancel{slash}")
+    assert again.status_code == 202
+    assert Job.objects.get(pk=job.pk).cancel_requested_at == first
+
+
+@pytest.mark.parametrize("status", [JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED])
+def test_cancel_of_a_finished_job_is_a_409(staff: Api, status: str) -> None:
     job = make(status)
-    assert_error(staff.post(f"/api/jobs/{job.pk}/cancel"), 409, "invalid_state")
+    body = assert_error(staff.post(f"/api/jobs/{job.pk}/cancel"), 409, "invalid_state")
+    assert body["job_status"] == status and body["allowed"] == ["pending", "running"]
+    assert Job.objects.get(pk=job.pk).cancel_requested_at is None
 
 
 @SLASHES

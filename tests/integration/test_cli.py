@@ -177,7 +177,18 @@ def test_bad_input_is_a_command_error(args: list[str], message: str) -> None:
     assert excinfo.value.returncode == 1
 
 
-def test_cancel_of_a_running_job_is_refused() -> None:
-    job = make(JobStatus.RUNNING)
-    with pytest.raises(CommandError, match="only pending jobs can be cancelled"):
+def test_cancel_of_a_running_job_requests_it() -> None:
+    job, other = make(JobStatus.RUNNING), make(JobStatus.RUNNING)
+    assert "1 running job(s): cancel requested" in run("cancel", str(job.pk))
+    data = run_json("cancel", str(other.pk))
+    assert data["cancelled"] == 0 and data["skipped"] == 0
+    assert data["cancel_requested"] == 1 and data["cancel_requested_ids"] == [str(other.pk)]
+    for running in (job, other):
+        running.refresh_from_db()
+        assert running.status == JobStatus.RUNNING and running.cancel_requested_at is not None
+
+
+def test_cancel_of_a_finished_job_is_refused() -> None:
+    job = make(JobStatus.COMPLETED)
+    with pytest.raises(CommandError, match="only pending or running jobs can be cancelled"):
         run("cancel", str(job.pk))

@@ -42,7 +42,11 @@ def test_requeue_resets_a_dead_job_and_keeps_its_history() -> None:
             [JobStatus.DEAD, JobStatus.CANCELLED],
             [JobStatus.PENDING, JobStatus.RUNNING, JobStatus.COMPLETED],
         ),
-        ("cancel", [JobStatus.PENDING], [JobStatus.RUNNING, JobStatus.COMPLETED, JobStatus.DEAD]),
+        (
+            "cancel",
+            [JobStatus.PENDING, JobStatus.RUNNING],
+            [JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED],
+        ),
         ("run_now", [JobStatus.PENDING], [JobStatus.RUNNING, JobStatus.DEAD, JobStatus.CANCELLED]),
     ],
 )

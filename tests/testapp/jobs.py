@@ -174,3 +174,39 @@ def serial(ctx: JobContext) -> dict[str, Any]:
 def pair(ctx: JobContext) -> None:
     """Two at a time per concurrency key."""
     time.sleep(float(ctx.payload.get("sleep", 0)))
+
+
+# Cancelling a running job (tests/*/test_cancel*.py).
+
+#: When each tests.cancellable job's handler saw ctx.cancelled (time.monotonic()).
+cancel_seen: dict[str, float] = {}
+
+
+@job("tests.cancellable")
+def cancellable(ctx: JobContext) -> dict[str, Any]:
+    """Record the execution, then loop for ``payload["seconds"]`` (default 60), calling
+    ``ctx.check()`` every 50 ms, as ``example.cancellable`` does.
+
+    Records in ``cancel_seen`` when ``ctx.cancelled`` turned true; with
+    ``payload["swallow"]`` it then returns normally instead of raising.
+    """
+    Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+    until = time.monotonic() + float(ctx.payload.get("seconds", 60))
+    while time.monotonic() < until:
+        if ctx.cancelled:
+            cancel_seen[str(ctx.id)] = time.monotonic()
+            if ctx.payload.get("swallow"):
+                return {"swallowed": True}
+        ctx.check()
+        time.sleep(0.05)
+    return {"looped": True}
+
+
+@job("tests.ignores_cancel")
+def ignores_cancel(ctx: JobContext) -> dict[str, bool]:
+    """Record the execution, then sleep ``payload["seconds"]`` in 50 ms steps, never checking."""
+    Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+    until = time.monotonic() + float(ctx.payload["seconds"])
+    while time.monotonic() < until:
+        time.sleep(0.05)
+    return {"ignored": True}

@@ -71,4 +71,5 @@ def test_example_handlers_are_autodiscovered() -> None:
         "example.sleep",
         "example.fail",
         "example.flaky",
+        "example.cancellable",
     } <= names

@@ -81,6 +81,7 @@ def job_detail(job: Job) -> dict[str, Any]:
         "updated_at": _iso(job.updated_at),
         "lease_holder": job.lease_holder,
         "lease_expires_at": _iso(job.lease_expires_at),
+        "cancel_requested_at": _iso(job.cancel_requested_at),
         "last_error": job.last_error,
         "errors": job.errors,
         "result": job.result,
@@ -134,7 +135,11 @@ class Command(BaseCommand):
         requeue.add_argument("--type", help="With --all-dead: only jobs of this type.")
         requeue.add_argument("--queue", help="With --all-dead: only jobs in this queue.")
 
-        cancel = add("cancel", "Cancel pending jobs.")
+        cancel = add(
+            "cancel",
+            "Cancel pending jobs; ask running ones to stop (they end cancelled when "
+            "their handler stops).",
+        )
         cancel.add_argument("ids", nargs="+", metavar="ID", help="Ids of the jobs to cancel.")
 
         prune = add("prune", "Delete finished jobs older than a duration, in batches.")
@@ -288,7 +293,17 @@ class Command(BaseCommand):
     def handle_cancel(self, options: dict[str, Any]) -> tuple[Any, str]:
         ids = parse_ids(options["ids"])
         self._existing(ids)
-        return self._bulk_report("cancelled", operations.cancel_many(ids), "pending")
+        result = operations.cancel_many(ids)
+        data, text = self._bulk_report("cancelled", result, "pending or running")
+        # Running jobs: asked to stop; they end cancelled when their handler does.
+        data["cancel_requested"] = len(result.requested)
+        data["cancel_requested_ids"] = [str(i) for i in result.requested]
+        if result.requested:
+            text += (
+                f"\n{len(result.requested)} running job(s): cancel requested; each ends "
+                "cancelled when its handler stops (it sees ctx.cancelled within about a second)."
+            )
+        return data, text
 
     def handle_prune(self, options: dict[str, Any]) -> tuple[Any, str]:
         try:
