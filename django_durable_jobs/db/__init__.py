@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from json.encoder import encode_basestring as _json_str
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -37,6 +37,7 @@ import psycopg
 from django.db import connections, router, transaction
 
 from ..conf import jobs_settings
+from ..constants import QUEUE_STATE_NOTIFY_PREFIX
 from .queries import QUERIES
 from .records import ClaimedJob, ExpiredLease, Outcome, Transition
 
@@ -60,6 +61,8 @@ __all__ = [
     "listen",
     "next_available_at",
     "notify",
+    "notify_queue_state",
+    "paused_queues",
     "prune_batch",
     "queue_depth",
     "reap",
@@ -144,6 +147,22 @@ def notify(using: str, queues: Iterable[str]) -> None:
         _run(using, "notify_queues", {"channel": jobs_settings.NOTIFY_CHANNEL, "queues": names})
 
 
+def notify_queue_state(using: str, queue: str) -> None:
+    """Tell the workers that ``queue`` was paused or resumed (delivered at commit).
+
+    On the enqueue channel, as ``queue_state:<queue>``: a payload no queue
+    name can be, so listeners tell it from an enqueue's.
+    """
+    _run(
+        using,
+        "notify_queues",
+        {
+            "channel": jobs_settings.NOTIFY_CHANNEL,
+            "queues": [QUEUE_STATE_NOTIFY_PREFIX + queue],
+        },
+    )
+
+
 def insert_jobs(
     specs: Sequence[JobSpec], ids: Sequence[uuid.UUID], *, using: str
 ) -> dict[uuid.UUID, tuple[datetime, datetime]]:
@@ -224,24 +243,44 @@ def claim(
     lease_seconds: float,
     limit: int,
     queues: Iterable[str] | None = None,
+    paused: Collection[str] = (),
 ) -> list[ClaimedJob]:
-    """Claim up to ``limit`` runnable jobs (of ``queues``; None: any queue)."""
+    """Claim up to ``limit`` runnable jobs (of ``queues``; None: any queue), none of ``paused``.
+
+    With ``queues``, the paused ones are left out of the list (no statement
+    at all when none is left); for any queue, the statement skips them.
+    """
     params: dict[str, Any] = {
         "worker_id": worker_id,
         "lease_seconds": float(lease_seconds),
         "limit": limit,
     }
     if queues is None:
-        rows = _run(using, "claim_jobs", params)
+        rows = _run(using, "claim_jobs", {**params, "paused": sorted(paused)})
     else:
-        rows = _run(using, "claim_jobs_in_queues", {**params, "queues": sorted(queues)})
+        names = sorted(set(queues).difference(paused))
+        if not names:
+            return []
+        rows = _run(using, "claim_jobs_in_queues", {**params, "queues": names})
     return [ClaimedJob(*row) for row in rows]
 
 
 def claim_per_queue(
-    using: str, *, worker_id: str, lease_seconds: float, limits: Sequence[tuple[str, int]]
+    using: str,
+    *,
+    worker_id: str,
+    lease_seconds: float,
+    limits: Sequence[tuple[str, int]],
+    paused: Collection[str] = (),
 ) -> list[ClaimedJob]:
-    """Claim up to ``free`` jobs of each ``(queue, free)`` in ``limits``, in one statement."""
+    """Claim up to ``free`` jobs of each ``(queue, free)`` in ``limits``, in one statement.
+
+    The ``paused`` queues are left out (no statement when none is left).
+    """
+    if paused:
+        limits = [(queue, free) for queue, free in limits if queue not in paused]
+        if not limits:
+            return []
     rows = _run(
         using,
         "claim_jobs_per_queue",
@@ -338,11 +377,21 @@ def reap(
     return [pair for pair in zip(expired, outcomes, strict=True) if pair[0].id in written]
 
 
-def next_available_at(using: str, queues: Iterable[str] | None) -> datetime | None:
-    """When the next pending job of ``queues`` (None: all) becomes runnable."""
+def next_available_at(
+    using: str, queues: Iterable[str] | None, paused: Collection[str] = ()
+) -> datetime | None:
+    """When the next pending job of ``queues`` (None: all) but ``paused`` becomes runnable."""
     names = sorted(queues) if queues is not None else None
-    rows = _run(using, "next_available_at", {"queues": names})
+    rows = _run(using, "next_available_at", {"queues": names, "paused": sorted(paused)})
     return rows[0][0] if rows else None
+
+
+def paused_queues(using: str) -> dict[str, float | None]:
+    """``{queue: seconds until its pause lifts (None: until resumed)}`` for the paused queues."""
+    return {
+        name: None if left is None else max(float(left), 0.0)
+        for name, left in _run(using, "paused_queues", {})
+    }
 
 
 def listen(conn: psycopg.Connection[Any], channel: str) -> None:

@@ -1,7 +1,9 @@
 """The LISTEN connection: wakes an idle worker as soon as a job is enqueued.
 
 Enqueue sends ``NOTIFY <channel>, '<queue>'`` in its transaction, so the
-notification arrives at commit. Notifications can be missed (while this
+notification arrives at commit. A pause or resume sends
+``'queue_state:<queue>'`` on the same channel (``pausing.py``); those go to
+``queue_state`` instead. Notifications can be missed (while this
 connection reconnects, for example), which is why the worker also polls.
 """
 
@@ -14,6 +16,7 @@ from collections.abc import Callable
 import psycopg
 
 from .. import db
+from ..constants import QUEUE_STATE_NOTIFY_PREFIX
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -23,12 +26,20 @@ RECONNECT_CAP_SECONDS = 30.0
 
 class Listener:
     def __init__(
-        self, alias: str, channel: str, queues: frozenset[str] | None, wake: Callable[[], None]
+        self,
+        alias: str,
+        channel: str,
+        queues: frozenset[str] | None,
+        wake: Callable[[], None],
+        *,
+        queue_state: Callable[[str | None], None] | None = None,
     ) -> None:
         self._params = db.connection_params(alias)
         self._channel = channel
         self._queues = queues
         self._wake = wake
+        # Called with the queue paused or resumed; None after a reconnect.
+        self._queue_state = queue_state
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="durable-jobs-listener", daemon=True)
         self.connected = threading.Event()
@@ -50,12 +61,19 @@ class Listener:
                         logger.info("Listening again on channel %s", self._channel)
                     delay = RECONNECT_BASE_SECONDS
                     self.connected.set()
-                    # Whatever was enqueued while we were not listening.
+                    # Whatever was enqueued (or paused) while we were not listening.
                     self._wake()
+                    if self._queue_state is not None:
+                        self._queue_state(None)
                     while not self._stop.is_set():
                         # A short timeout: stop() is noticed quickly at shutdown.
                         for notify in conn.notifies(timeout=0.25):
-                            if self._queues is None or notify.payload in self._queues:
+                            if notify.payload.startswith(QUEUE_STATE_NOTIFY_PREFIX):
+                                if self._queue_state is not None:
+                                    self._queue_state(
+                                        notify.payload[len(QUEUE_STATE_NOTIFY_PREFIX) :]
+                                    )
+                            elif self._queues is None or notify.payload in self._queues:
                                 self._wake()
             except psycopg.Error as exc:
                 self.connected.clear()

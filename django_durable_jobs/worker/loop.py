@@ -10,7 +10,8 @@ Threads, and the connection each uses:
 - completer: writes outcomes in batches (one connection);
 - maintenance: heartbeats and the reaper (one connection);
 - watchdog: fails attempts at their time limit (no connection; ``watchdog.py``);
-- listener: LISTEN for enqueue notifications (one psycopg connection);
+- listener: LISTEN for enqueue notifications, and pause/resume ones
+  (one psycopg connection; the paused queues: ``paused.py``);
 - scheduler: enqueues the periodic jobs' due ticks, when any are declared
   (one connection; ``scheduler.py``).
 
@@ -46,6 +47,7 @@ from .executor import StopWorker, execute, internal_error
 from .listener import Listener
 from .maintenance import Maintenance
 from .outcomes import release
+from .paused import PausedQueues
 from .pool import (
     SCALE_DOWN_AFTER_SECONDS,
     SlotGroup,
@@ -211,8 +213,18 @@ class Worker:
             on_heartbeat=self.presence.beat,
             clock=clock,
         )
+        # The claim leaves these out; read before a claim when stale.
+        self.paused = PausedQueues(
+            config.alias, config.queues, config.poll_interval, worker_id=config.worker_id
+        )
         self.listener = (
-            Listener(config.alias, str(jobs_settings.NOTIFY_CHANNEL), config.queues, self._notify)
+            Listener(
+                config.alias,
+                str(jobs_settings.NOTIFY_CHANNEL),
+                config.queues,
+                self._notify,
+                queue_state=self._queue_state_changed,
+            )
             if config.listen
             else None
         )
@@ -360,12 +372,14 @@ class Worker:
     def _claim(self, asks: list[tuple[SlotGroup, int]]) -> list[ClaimedJob]:
         """Claim up to each group's free slots, in one statement; hand the jobs to the groups."""
         c = self.config
+        paused = self.paused.current()
         if self._group_by_queue is not None:
             jobs = db.claim_per_queue(
                 c.alias,
                 worker_id=c.worker_id,
                 lease_seconds=c.lease_seconds,
                 limits=[(group.label, free) for group, free in asks],
+                paused=paused,
             )
         else:
             ((group, limit),) = asks
@@ -375,6 +389,7 @@ class Worker:
                 lease_seconds=c.lease_seconds,
                 limit=limit,
                 queues=group.queues,
+                paused=paused,
             )
         now = time.monotonic()
         with self._lock:
@@ -437,10 +452,14 @@ class Worker:
             return {group.label: group.size for group in self._groups}
 
     def _idle_sleep(self) -> float:
-        """Until the next poll: the poll interval, or sooner if a delayed job is due sooner."""
+        """Until the next poll: the poll interval, or sooner if a delayed job is due
+        sooner, or a pause lifts sooner."""
         interval = self.config.poll_interval
+        lifts = self.paused.next_change_in(time.monotonic())
+        if lifts is not None:
+            interval = min(interval, lifts)
         try:
-            due = db.next_available_at(self.config.alias, self.config.queues)
+            due = db.next_available_at(self.config.alias, self.config.queues, self.paused.names)
         except DatabaseError:
             return interval
         if due is None:
@@ -536,6 +555,13 @@ class Worker:
         with self._cond:
             self._notified = True
             self._wake_locked()
+
+    def _queue_state_changed(self, queue: str | None) -> None:
+        """Listener: ``queue`` was paused or resumed (None: maybe missed, reconnected)."""
+        if queue is None or self.paused.concerns(queue):
+            self.paused.invalidate()
+            # Claim now: a resumed queue's jobs are waiting.
+            self._notify()
 
     def _written(self, outcomes: list[Outcome], written: set[uuid.UUID]) -> None:
         """Completer: ``outcomes`` were written (the ``written`` ids) or given up on."""

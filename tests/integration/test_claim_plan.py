@@ -32,7 +32,13 @@ ROWS = {
     "running": (1_000, "- interval '1 minute'"),
     "cancelled": (500, "- interval '1 day'"),
 }
-PARAMS = {"limit": 10, "worker_id": "w", "lease_seconds": 30, "queues": ["default", "emails"]}
+PARAMS = {
+    "limit": 10,
+    "worker_id": "w",
+    "lease_seconds": 30,
+    "queues": ["default", "emails"],
+    "paused": [],
+}
 
 
 @pytest.fixture
@@ -72,6 +78,16 @@ def test_claim_uses_the_claim_index_and_no_seq_scan(big_table: None, query: str)
     plan = explain(QUERIES[query], PARAMS)
     assert CLAIM_INDEX in plan or CLAIM_QUEUE_INDEX in plan, plan
     assert "Seq Scan" not in plan, plan
+
+
+def test_claim_with_a_paused_queue_still_uses_the_claim_index(big_table: None) -> None:
+    plan = explain(QUERIES["claim_jobs"], {**PARAMS, "paused": ["reports"]})
+    assert CLAIM_INDEX in plan, plan
+    assert "Seq Scan" not in plan, plan
+    with connection.cursor() as cursor:
+        cursor.execute(QUERIES["claim_jobs"], {**PARAMS, "limit": 100, "paused": ["reports"]})
+        queues = {row[2] for row in cursor.fetchall()}
+    assert queues == {"default", "emails"}
 
 
 @pytest.mark.parametrize("queues", [["small"], ["small", "tiny"]])
