@@ -362,6 +362,9 @@ class Worker:
                 if self._retry_due is not None:
                     next_poll = min(next_poll, self._retry_due)
                     self._retry_due = None
+            if self.paused.lifts_at is not None:
+                # Claim when a pause ends by itself: no notification says so.
+                next_poll = min(next_poll, self.paused.lifts_at)
             timeout = max(0.0, next_poll - now) if wanting else None
             if shrink_at is not None:
                 # Wake to stop unused slots even when nothing else happens.
