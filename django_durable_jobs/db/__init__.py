@@ -243,11 +243,11 @@ def claim(
     lease_seconds: float,
     limit: int,
     queues: Iterable[str] | None = None,
-    paused: Collection[str] = (),
+    excluded: Collection[str] = (),
 ) -> list[ClaimedJob]:
-    """Claim up to ``limit`` runnable jobs (of ``queues``; None: any queue), none of ``paused``.
+    """Claim up to ``limit`` runnable jobs of ``queues`` (None: any) but not of ``excluded``.
 
-    With ``queues``, the paused ones are left out of the list (no statement
+    With ``queues``, the excluded ones are left out of the list (no statement
     at all when none is left); for any queue, the statement skips them.
     """
     params: dict[str, Any] = {
@@ -256,9 +256,9 @@ def claim(
         "limit": limit,
     }
     if queues is None:
-        rows = _run(using, "claim_jobs", {**params, "paused": sorted(paused)})
+        rows = _run(using, "claim_jobs", {**params, "excluded": sorted(excluded)})
     else:
-        names = sorted(set(queues).difference(paused))
+        names = sorted(set(queues).difference(excluded))
         if not names:
             return []
         rows = _run(using, "claim_jobs_in_queues", {**params, "queues": names})
@@ -271,14 +271,14 @@ def claim_per_queue(
     worker_id: str,
     lease_seconds: float,
     limits: Sequence[tuple[str, int]],
-    paused: Collection[str] = (),
+    excluded: Collection[str] = (),
 ) -> list[ClaimedJob]:
     """Claim up to ``free`` jobs of each ``(queue, free)`` in ``limits``, in one statement.
 
-    The ``paused`` queues are left out (no statement when none is left).
+    The ``excluded`` queues are left out (no statement when none is left).
     """
-    if paused:
-        limits = [(queue, free) for queue, free in limits if queue not in paused]
+    if excluded:
+        limits = [(queue, free) for queue, free in limits if queue not in excluded]
         if not limits:
             return []
     rows = _run(
@@ -378,11 +378,12 @@ def reap(
 
 
 def next_available_at(
-    using: str, queues: Iterable[str] | None, paused: Collection[str] = ()
+    using: str, queues: Iterable[str] | None, excluded: Collection[str] = ()
 ) -> datetime | None:
-    """When the next pending job of ``queues`` (None: all) but ``paused`` becomes runnable."""
+    """When the next pending job of ``queues`` (None: all) but not of ``excluded``
+    becomes runnable."""
     names = sorted(queues) if queues is not None else None
-    rows = _run(using, "next_available_at", {"queues": names, "paused": sorted(paused)})
+    rows = _run(using, "next_available_at", {"queues": names, "excluded": sorted(excluded)})
     return rows[0][0] if rows else None
 
 

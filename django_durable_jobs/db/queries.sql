@@ -127,16 +127,15 @@ FROM claimed
 ORDER BY priority DESC, available_at, created_at;
 
 -- claim_jobs --
--- Claim up to %(limit)s runnable jobs from any queue but the %(paused)s ones: mark them running, count the attempt, and take a lease with a fresh token.
+-- Claim up to %(limit)s runnable jobs from any queue but the %(excluded)s ones: mark them running, count the attempt, and take a lease with a fresh token.
 WITH candidates AS MATERIALIZED (
     -- MATERIALIZED fences the planner: the LIMIT applies before the UPDATE,
     -- so no more than %(limit)s rows are ever claimed (Oban's note).
     SELECT id
     FROM durable_jobs_job
     WHERE status = 'pending' AND available_at <= now()
-        -- Paused queues (the worker's list; usually empty, then always true).
-        -- The claims of named queues leave them out of %(queues)s instead.
-        AND NOT (queue = ANY(%(paused)s::text[]))
+        -- Queues this worker must not claim (paused ones; usually none).
+        AND NOT (queue = ANY(%(excluded)s::text[]))
     ORDER BY priority DESC, available_at, created_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -250,11 +249,11 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
 -- next_available_at --
--- When the next pending job in these queues (NULL: all) but the %(paused)s ones becomes runnable, so an idle worker can sleep until then instead of a full poll interval.
+-- When the next pending job in these queues (NULL: all) but the %(excluded)s ones becomes runnable, so an idle worker can sleep until then instead of a full poll interval.
 SELECT min(available_at)
 FROM durable_jobs_job
 WHERE status = 'pending' AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-    AND NOT (queue = ANY(%(paused)s::text[]));
+    AND NOT (queue = ANY(%(excluded)s::text[]));
 
 -- paused_queues --
 -- The queues paused now (paused_at set, and no end or an end still ahead, by the database's clock), each with the seconds left until its pause lifts by itself (NULL: until resumed). The worker reads it at start, on a pause or resume notification, and at each poll interval.

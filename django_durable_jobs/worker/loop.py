@@ -382,7 +382,7 @@ class Worker:
                 worker_id=c.worker_id,
                 lease_seconds=c.lease_seconds,
                 limits=[(group.label, free) for group, free in asks],
-                paused=paused,
+                excluded=paused,
             )
         else:
             ((group, limit),) = asks
@@ -392,7 +392,7 @@ class Worker:
                 lease_seconds=c.lease_seconds,
                 limit=limit,
                 queues=group.queues,
-                paused=paused,
+                excluded=paused,
             )
         now = time.monotonic()
         with self._lock:

@@ -37,7 +37,7 @@ PARAMS = {
     "worker_id": "w",
     "lease_seconds": 30,
     "queues": ["default", "emails"],
-    "paused": [],
+    "excluded": [],
 }
 
 
@@ -81,11 +81,11 @@ def test_claim_uses_the_claim_index_and_no_seq_scan(big_table: None, query: str)
 
 
 def test_claim_with_a_paused_queue_still_uses_the_claim_index(big_table: None) -> None:
-    plan = explain(QUERIES["claim_jobs"], {**PARAMS, "paused": ["reports"]})
+    plan = explain(QUERIES["claim_jobs"], {**PARAMS, "excluded": ["reports"]})
     assert CLAIM_INDEX in plan, plan
     assert "Seq Scan" not in plan, plan
     with connection.cursor() as cursor:
-        cursor.execute(QUERIES["claim_jobs"], {**PARAMS, "limit": 100, "paused": ["reports"]})
+        cursor.execute(QUERIES["claim_jobs"], {**PARAMS, "limit": 100, "excluded": ["reports"]})
         queues = {row[2] for row in cursor.fetchall()}
     assert queues == {"default", "emails"}
 

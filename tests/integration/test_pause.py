@@ -153,16 +153,17 @@ def test_the_claims_leave_paused_queues_out() -> None:
     for queue in ("default", "emails", "emails", "reports"):
         make_job(queue=queue)
     args = {"worker_id": "w", "lease_seconds": 30.0}
-    assert db.claim("default", **args, limit=10, queues={"emails"}, paused={"emails"}) == []
-    claimed = db.claim("default", **args, limit=10, queues={"emails", "reports"}, paused={"emails"})
+    assert db.claim("default", **args, limit=10, queues={"emails"}, excluded={"emails"}) == []
+    both = {"emails", "reports"}
+    claimed = db.claim("default", **args, limit=10, queues=both, excluded={"emails"})
     assert [job.queue for job in claimed] == ["reports"]
-    per_queue = db.claim_per_queue("default", **args, limits=[("emails", 5)], paused={"emails"})
+    per_queue = db.claim_per_queue("default", **args, limits=[("emails", 5)], excluded={"emails"})
     assert per_queue == []
-    any_queue = db.claim("default", **args, limit=10, paused={"emails"})
+    any_queue = db.claim("default", **args, limit=10, excluded={"emails"})
     assert [job.queue for job in any_queue] == ["default"]
     # Only the paused queue's jobs are left.
     assert set(Job.objects.pending().values_list("queue", flat=True)) == {"emails"}
-    assert db.claim("default", **args, limit=10, paused=()) != []
+    assert db.claim("default", **args, limit=10, excluded=()) != []
 
 
 def test_next_available_at_leaves_paused_queues_out() -> None:
