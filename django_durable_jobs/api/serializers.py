@@ -435,7 +435,7 @@ class QueueLimitsSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
-class QueueSerializer(serializers.Serializer[dict[str, Any]]):
+class QueueSerializer(serializers.Serializer[Any]):
     """One queue: its counts, limits and paused state."""
 
     name = serializers.CharField()
