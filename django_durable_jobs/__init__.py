@@ -16,6 +16,7 @@ from .exceptions import (
     HandlerAlreadyRegistered,
     IdempotencyConflict,
     InvalidJob,
+    InvalidPause,
     JobCancelled,
     JobTimeout,
     Retry,
@@ -25,6 +26,7 @@ from .registry import job
 if TYPE_CHECKING:
     from .context import JobContext
     from .enqueueing import EnqueueResult, enqueue, enqueue_many
+    from .pausing import pause_queue, paused_queues, resume_queue
 
 __version__ = "0.1.0.dev0"
 
@@ -35,6 +37,7 @@ __all__ = [
     "HandlerAlreadyRegistered",
     "IdempotencyConflict",
     "InvalidJob",
+    "InvalidPause",
     "JobCancelled",
     "JobContext",
     "JobTimeout",
@@ -43,6 +46,9 @@ __all__ = [
     "enqueue",
     "enqueue_many",
     "job",
+    "pause_queue",
+    "paused_queues",
+    "resume_queue",
 ]
 
 _LAZY = {
@@ -50,6 +56,9 @@ _LAZY = {
     "enqueue_many": "enqueueing",
     "EnqueueResult": "enqueueing",
     "JobContext": "context",
+    "pause_queue": "pausing",
+    "paused_queues": "pausing",
+    "resume_queue": "pausing",
 }
 
 

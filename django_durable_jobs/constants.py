@@ -32,6 +32,10 @@ QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 MAX_DELAY_SECONDS = 100 * 365 * 24 * 3600
 # PostgreSQL truncates identifiers, channel names included, at 63 bytes.
 NOTIFY_CHANNEL_MAX_BYTES = 63
+# A pause or resume is announced on NOTIFY_CHANNEL as this prefix and the
+# queue's name: ":" is never in a queue name, so an enqueue's notification
+# (the bare queue name) cannot be mistaken for one.
+QUEUE_STATE_NOTIFY_PREFIX = "queue_state:"
 
 #: Names of the indexes and constraints; tests and the SQL refer to them.
 CLAIM_INDEX = "durable_jobs_claim_idx"

@@ -124,3 +124,16 @@ class InvalidSchedule(DurableJobsError, ValueError):
         super().__init__(f"Schedule {name!r}: {message}")
         self.name = name
         self.message = message
+
+
+class InvalidPause(DurableJobsError, ValueError):
+    """``pause_queue`` or ``resume_queue`` was given a bad queue name or end time.
+
+    ``field`` is ``"queue"`` or ``"until"``, so the REST API reports the
+    error against that field; nothing was written.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message

@@ -8,7 +8,7 @@ everywhere else.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
@@ -383,3 +383,63 @@ class QueueThrottle(models.Model):
 
     def __str__(self) -> str:
         return self.queue
+
+
+class QueueStateQuerySet(models.QuerySet["QueueState"]):
+    """Which queues are paused: the one rule the worker, the API and the admin read.
+
+    Paused: ``paused_at`` set and no end, or an end still ahead, by the
+    database's clock. A pause with an end lifts itself: nothing rewrites
+    the row, readers compare ``paused_until`` with ``now()``.
+    """
+
+    def paused(self) -> QueueStateQuerySet:
+        return self.filter(
+            Q(paused_at__isnull=False) & (Q(paused_until__isnull=True) | Q(paused_until__gt=Now()))
+        )
+
+    def with_paused(self) -> QueueStateQuerySet:
+        """Each row with ``is_paused`` (a boolean), by the same rule as ``paused()``."""
+        return self.annotate(
+            is_paused=ExpressionWrapper(
+                Q(paused_at__isnull=False)
+                & (Q(paused_until__isnull=True) | Q(paused_until__gt=Now())),
+                output_field=BooleanField(),
+            )
+        )
+
+
+class QueueState(models.Model):
+    """An operator's pause of one queue (``pause_queue``, ``jobs pause``, the API, the admin).
+
+    A queue has a row once it was paused; resuming clears ``paused_at`` and
+    keeps the row. Queues themselves are not declared anywhere: a job's
+    ``queue`` names one, so a queue with no row is simply not paused.
+    """
+
+    name = models.CharField(_("name"), max_length=QUEUE_MAX_LENGTH, primary_key=True)
+    paused_at = models.DateTimeField(
+        _("paused at"), null=True, blank=True, help_text=_("Empty: not paused.")
+    )
+    paused_until = models.DateTimeField(
+        _("paused until"),
+        null=True,
+        blank=True,
+        help_text=_("When the pause lifts by itself; empty: until resumed."),
+    )
+    updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
+
+    objects = QueueStateQuerySet.as_manager()
+
+    class Meta:
+        db_table = "durable_jobs_queue"
+        ordering = ["name"]
+        verbose_name = _("queue")
+        verbose_name_plural = _("queues")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def is_paused_at(self, now: datetime) -> bool:
+        """Whether this row reads as paused at ``now`` (the rule of ``paused()``, in Python)."""
+        return self.paused_at is not None and (self.paused_until is None or self.paused_until > now)

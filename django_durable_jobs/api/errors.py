@@ -17,7 +17,7 @@ from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ..exceptions import IdempotencyConflict, InvalidJob
+from ..exceptions import IdempotencyConflict, InvalidJob, InvalidPause
 from ..operations import JobStateError
 
 #: ``InvalidJob.field`` names that the REST body spells differently.
@@ -82,6 +82,8 @@ def translate(exc: Exception) -> Exception:
     """The DRF exception for one of the queue's own errors (others unchanged)."""
     if isinstance(exc, InvalidJob):
         return invalid_job_error(exc)
+    if isinstance(exc, InvalidPause):
+        return ValidationError({exc.field: [exc.message]})
     if isinstance(exc, IdempotencyConflict):
         return IdempotencyConflictError(
             str(exc),

@@ -18,7 +18,8 @@ from ..conf import jobs_settings
 
 #: The model permissions that allow each viewset action (any one suffices).
 #: As in the admin, ``change_job`` also allows reading. ``list`` is also the
-#: action of ``GET /api/schedules``: whoever may list jobs may list schedules.
+#: action of ``GET /api/schedules`` and ``GET /api/queues``: whoever may list
+#: jobs may list schedules and queues.
 ACTION_PERMISSIONS: dict[str, tuple[str, ...]] = {
     "create": ("durable_jobs.add_job",),
     "requeue": ("durable_jobs.change_job",),
@@ -26,6 +27,9 @@ ACTION_PERMISSIONS: dict[str, tuple[str, ...]] = {
     "list": ("durable_jobs.view_job", "durable_jobs.change_job"),
     "retrieve": ("durable_jobs.view_job", "durable_jobs.change_job"),
     "stats": ("durable_jobs.view_job", "durable_jobs.change_job"),
+    # /api/queues: listing is ``list``'s; pausing and resuming change jobs' fate.
+    "pause": ("durable_jobs.change_job",),
+    "resume": ("durable_jobs.change_job",),
 }
 
 

@@ -371,6 +371,10 @@ class QueueStatsSerializer(StatusCountsSerializer):
         allow_null=True,
         help_text="Seconds the oldest runnable pending job of this queue has waited.",
     )
+    paused = serializers.BooleanField(help_text="Whether workers hold off this queue now.")
+    paused_until = serializers.DateTimeField(
+        allow_null=True, help_text="When the pause lifts by itself; null: until resumed."
+    )
 
 
 class StatsSerializer(serializers.Serializer[dict[str, Any]]):
@@ -428,3 +432,52 @@ class IdempotencyConflictSerializer(ErrorSerializer):
 class InvalidStateSerializer(ErrorSerializer):
     job_status = serializers.CharField(help_text="The job's status, which the call refused.")
     allowed = serializers.ListField(child=serializers.CharField())
+
+
+# --- queues ----------------------------------------------------------------------
+
+
+class QueueCountsSerializer(serializers.Serializer[dict[str, Any]]):
+    pending = serializers.IntegerField()
+    running = serializers.IntegerField()
+    dead = serializers.IntegerField()
+
+
+class QueueLimitsSerializer(serializers.Serializer[dict[str, Any]]):
+    rate_limit = serializers.CharField(
+        allow_null=True, help_text="At most N starts per window: N/s, N/m or N/h; null: none."
+    )
+    concurrency = serializers.IntegerField(
+        allow_null=True, help_text="At most this many running at once; null: no limit."
+    )
+
+
+class QueueSerializer(serializers.Serializer[Any]):
+    """One queue: its counts, limits and paused state."""
+
+    name = serializers.CharField()
+    counts = QueueCountsSerializer(help_text="Jobs pending, running and dead in this queue.")
+    oldest_pending_age_seconds = serializers.FloatField(
+        allow_null=True,
+        help_text="Seconds the oldest runnable pending job of this queue has waited.",
+    )
+    limits = QueueLimitsSerializer(
+        allow_null=True, help_text="The queue's DURABLE_JOBS['QUEUES'] limits; null: none."
+    )
+    paused = serializers.BooleanField(
+        help_text="Whether workers hold off this queue now (it still accepts jobs)."
+    )
+    paused_until = serializers.DateTimeField(
+        allow_null=True, help_text="When the pause lifts by itself; null: until resumed."
+    )
+
+
+class PauseSerializer(serializers.Serializer[None]):
+    """The body of a pause: an optional end time."""
+
+    until = AwareDateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="When the pause lifts by itself (ISO 8601 with a UTC offset, in the "
+        "future); absent or null: until resumed.",
+    )

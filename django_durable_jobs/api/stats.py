@@ -6,17 +6,22 @@ queries: counts by queue and status, and, per queue, how long the oldest
 runnable ``pending`` job has been waiting since it became available (a
 delayed job is not late before its ``available_at``). ``health_stats``,
 for ``/api/health``, counts the live workers and that oldest wait.
+``queue_overview``, for ``GET /api/queues``, lists each queue with its
+counts, its limits and its paused state.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, DurationField, ExpressionWrapper, Min
 from django.db.models.functions import Now
 
 from .. import db
-from ..models import Job, JobStatus, WorkerProcess
+from ..conf import jobs_settings
+from ..flow import parse_queues, queue_limits
+from ..models import Job, JobStatus, QueueState, WorkerProcess
 
 
 def _counts() -> dict[str, int]:
@@ -52,6 +57,13 @@ def job_stats(using: str | None = None) -> dict[str, Any]:
         if queue in queues:
             queues[queue]["oldest_pending_age_seconds"] = seconds
         oldest = seconds if oldest is None else max(oldest, seconds)
+    paused = _paused(db.database_alias(using))
+    for queue in paused:
+        # A paused queue is listed even when it holds no job.
+        queues.setdefault(queue, {**_counts(), "total": 0, "oldest_pending_age_seconds": None})
+    for queue, entry in queues.items():
+        entry["paused"] = queue in paused
+        entry["paused_until"] = paused.get(queue)
     return {
         "total": sum(statuses.values()),
         "statuses": statuses,
@@ -77,3 +89,44 @@ def health_stats(using: str | None = None) -> dict[str, Any]:
         "live_workers": live,
         "oldest_pending_age_seconds": None if age is None else max(age.total_seconds(), 0.0),
     }
+
+
+def _paused(alias: str) -> dict[str, datetime | None]:
+    """``{queue: paused_until}`` of the queues paused now (one small query)."""
+    return dict(QueueState.objects.using(alias).paused().values_list("name", "paused_until"))
+
+
+def queue_overview(using: str | None = None, *, only: str | None = None) -> list[dict[str, Any]]:
+    """Each queue (declared in ``QUEUES``, holding pending, running or dead jobs, or
+    paused), by name: its counts, its limits (``None``: none) and whether it is paused.
+
+    Two queries: the queue-depth metric's (grouped over the pending, running
+    and dead jobs only, never the finished history) and the paused queues.
+    ``only``: that queue alone, listed whatever it holds.
+    """
+    alias = db.database_alias(using)
+    counts: dict[str, dict[str, int]] = {}
+    ages: dict[str, float | None] = {}
+    for queue, status, count, age in db.queue_depth(alias):
+        if only is not None and queue != only:
+            continue
+        entry = counts.setdefault(queue, {"pending": 0, "running": 0, "dead": 0})
+        entry[status] = count
+        if status == JobStatus.PENDING:
+            ages[queue] = age
+    paused = _paused(alias)
+    limits = queue_limits()
+    names = set(counts) | set(parse_queues(jobs_settings.QUEUES)) | set(paused)
+    if only is not None:
+        names = {only}
+    return [
+        {
+            "name": name,
+            "counts": counts.get(name, {"pending": 0, "running": 0, "dead": 0}),
+            "oldest_pending_age_seconds": ages.get(name),
+            "limits": limits[name].as_dict() if name in limits else None,
+            "paused": name in paused,
+            "paused_until": paused.get(name),
+        }
+        for name in sorted(names)
+    ]

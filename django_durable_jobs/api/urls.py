@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.urls import re_path
 from rest_framework.routers import SimpleRouter
 
-from .views import HealthView, JobViewSet, ScheduleViewSet
+from .views import HealthView, JobViewSet, QueueViewSet, ScheduleViewSet
 
 app_name = "durable_jobs_api"
 
@@ -18,6 +18,7 @@ router = SimpleRouter()
 router.trailing_slash = "/?"
 router.register("jobs", JobViewSet, basename="job")
 router.register("schedules", ScheduleViewSet, basename="schedule")
+router.register("queues", QueueViewSet, basename="queue")
 
 urlpatterns = [
     re_path(r"^health/?$", HealthView.as_view(), name="health"),

@@ -26,7 +26,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.viewsets import GenericViewSet
 
-from .. import db, operations
+from .. import db, operations, pausing
 from ..enqueueing import enqueue
 from ..models import Job, JobStatus
 from ..schedules.overview import schedule_overview
@@ -35,7 +35,7 @@ from .errors import exception_handler
 from .pagination import JobCursorPagination
 from .parsers import BoundedJSONParser, check_body_size
 from .permissions import permission_classes
-from .stats import health_stats, job_stats
+from .stats import health_stats, job_stats, queue_overview
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -270,6 +270,91 @@ class ScheduleViewSet(JSONErrorsMixin, GenericViewSet[Any]):
     )
     def list(self, request: Request) -> Response:
         return Response(s.ScheduleSerializer(schedule_overview(), many=True).data)
+
+
+QUEUE_NAME = OpenApiParameter(
+    "name", str, OpenApiParameter.PATH, description="Queue name (letters, digits, _ - .)."
+)
+BAD_PAUSE = {
+    400: OpenApiResponse(
+        s.ValidationErrorSerializer, description="A bad queue name, or a bad or past until."
+    )
+}
+
+
+# Any: no model behind a queue's JSON (stats.queue_overview builds it).
+class QueueViewSet(JSONErrorsMixin, GenericViewSet[Any]):
+    """The queues, with counts, limits and paused state; pause and resume one.
+
+    Permissions as the job actions': listing is ``list``'s, pausing and
+    resuming need what requeue and cancel need (``change_job``).
+    """
+
+    serializer_class = s.QueueSerializer
+    parser_classes = (BoundedJSONParser,)
+    lookup_field = "name"
+    # Any segment reaches the view, so a bad name is a JSON 400, not Django's 404 page.
+    lookup_value_regex = "[^/]+"
+
+    def get_permissions(self) -> list[BasePermission]:
+        return [cls() for cls in permission_classes()]
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        check_body_size(request)
+        super().initial(request, *args, **kwargs)
+
+    def _answer(self, name: str) -> Response:
+        (queue,) = queue_overview(only=name)
+        return Response(s.QueueSerializer(queue).data)
+
+    @extend_schema(
+        operation_id="queues_list",
+        summary="Queues, by name, with counts, limits and paused state",
+        description=(
+            "Every queue declared in DURABLE_JOBS['QUEUES'], holding pending, running or dead "
+            "jobs, or paused: its counts (pending, running, dead), its limits (null: none), "
+            "and whether it is paused, until when. Needs the permission to list jobs. "
+            "Not paginated."
+        ),
+        responses={200: s.QueueSerializer(many=True), **AUTH_ERRORS},
+    )
+    def list(self, request: Request) -> Response:
+        return Response(s.QueueSerializer(queue_overview(), many=True).data)
+
+    @extend_schema(
+        summary="Pause a queue, until resumed or until a time",
+        description=(
+            "No worker claims the queue's jobs until it is resumed or `until` passes (the "
+            "pause then lifts by itself); running jobs finish, new jobs are still accepted. "
+            "Workers see the pause within about a second. Pausing a paused queue replaces "
+            "its end time."
+        ),
+        request=s.PauseSerializer,
+        parameters=[QUEUE_NAME],
+        responses={200: s.QueueSerializer, **BAD_PAUSE, **AUTH_ERRORS},
+    )
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, name: str) -> Response:
+        body = s.PauseSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        state = pausing.pause_queue(name, body.validated_data.get("until"))
+        return self._answer(state.name)
+
+    @extend_schema(
+        summary="Resume a paused queue",
+        description="Workers claim its jobs again at once; resuming a queue not paused is no "
+        "error.",
+        request=None,
+        parameters=[QUEUE_NAME],
+        responses={
+            200: s.QueueSerializer,
+            400: OpenApiResponse(s.ValidationErrorSerializer, description="A bad queue name."),
+            **AUTH_ERRORS,
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, name: str) -> Response:
+        return self._answer(pausing.resume_queue(name).name)
 
 
 class HealthView(JSONErrorsMixin, APIView):

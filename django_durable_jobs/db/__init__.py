@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from json.encoder import encode_basestring as _json_str
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -37,7 +37,7 @@ import psycopg
 from django.db import connections, router, transaction
 
 from ..conf import jobs_settings
-from ..constants import CANCEL_NOTIFY_PREFIX
+from ..constants import CANCEL_NOTIFY_PREFIX, QUEUE_STATE_NOTIFY_PREFIX
 from .queries import QUERIES
 from .records import ClaimedJob, ExpiredLease, Outcome, Transition
 
@@ -67,6 +67,8 @@ __all__ = [
     "listen",
     "next_available_at",
     "notify",
+    "notify_queue_state",
+    "paused_queues",
     "prune_batch",
     "queue_depth",
     "reap",
@@ -170,6 +172,22 @@ def request_cancel(using: str, job_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
     return {row[0] for row in rows}
 
 
+def notify_queue_state(using: str, queue: str) -> None:
+    """Tell the workers that ``queue`` was paused or resumed (delivered at commit).
+
+    On the enqueue channel, as ``queue_state:<queue>``: a payload no queue
+    name can be, so listeners tell it from an enqueue's.
+    """
+    _run(
+        using,
+        "notify_queues",
+        {
+            "channel": jobs_settings.NOTIFY_CHANNEL,
+            "queues": [QUEUE_STATE_NOTIFY_PREFIX + queue],
+        },
+    )
+
+
 def insert_jobs(
     specs: Sequence[JobSpec], ids: Sequence[uuid.UUID], *, using: str
 ) -> dict[uuid.UUID, tuple[datetime, datetime]]:
@@ -252,10 +270,14 @@ def claim(
     lease_seconds: float,
     limit: int,
     queues: Iterable[str] | None = None,
-    excluded: Iterable[str] = (),
+    excluded: Collection[str] = (),
     keyed_types: Iterable[str] = (),
 ) -> list[ClaimedJob]:
-    """Claim up to ``limit`` runnable jobs of ``queues`` (None: any) but not of ``excluded``."""
+    """Claim up to ``limit`` runnable jobs of ``queues`` (None: any) but not of ``excluded``.
+
+    With ``queues``, the excluded ones are left out of the list (no statement
+    at all when none is left); for any queue, the statement skips them.
+    """
     params: dict[str, Any] = {
         "worker_id": worker_id,
         "lease_seconds": float(lease_seconds),
@@ -267,7 +289,10 @@ def claim(
     if queues is None:
         rows = _run(using, "claim_jobs", params)
     else:
-        rows = _run(using, "claim_jobs_in_queues", {**params, "queues": sorted(queues)})
+        names = sorted(set(queues).difference(excluded))
+        if not names:
+            return []
+        rows = _run(using, "claim_jobs_in_queues", {**params, "queues": names})
     return [ClaimedJob(*row) for row in rows]
 
 
@@ -434,8 +459,16 @@ def claim_per_queue(
     lease_seconds: float,
     limits: Sequence[tuple[str, int]],
     keyed_types: Iterable[str] = (),
+    excluded: Collection[str] = (),
 ) -> list[ClaimedJob]:
-    """Claim up to ``free`` jobs of each ``(queue, free)`` in ``limits``, in one statement."""
+    """Claim up to ``free`` jobs of each ``(queue, free)`` in ``limits``, in one statement.
+
+    The ``excluded`` queues are left out (no statement when none is left).
+    """
+    if excluded:
+        limits = [(queue, free) for queue, free in limits if queue not in excluded]
+        if not limits:
+            return []
     rows = _run(
         using,
         "claim_jobs_per_queue",
@@ -539,11 +572,22 @@ def reap(
     return [pair for pair in zip(expired, outcomes, strict=True) if pair[0].id in written]
 
 
-def next_available_at(using: str, queues: Iterable[str] | None) -> datetime | None:
-    """When the next pending job of ``queues`` (None: all) becomes runnable."""
+def next_available_at(
+    using: str, queues: Iterable[str] | None, excluded: Collection[str] = ()
+) -> datetime | None:
+    """When the next pending job of ``queues`` (None: all) but not of ``excluded``
+    becomes runnable."""
     names = sorted(queues) if queues is not None else None
-    rows = _run(using, "next_available_at", {"queues": names})
+    rows = _run(using, "next_available_at", {"queues": names, "excluded": sorted(excluded)})
     return rows[0][0] if rows else None
+
+
+def paused_queues(using: str) -> dict[str, float | None]:
+    """``{queue: seconds until its pause lifts (None: until resumed)}`` for the paused queues."""
+    return {
+        name: None if left is None else max(float(left), 0.0)
+        for name, left in _run(using, "paused_queues", {})
+    }
 
 
 def listen(conn: psycopg.Connection[Any], channel: str) -> None:

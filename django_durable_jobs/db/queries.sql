@@ -133,14 +133,15 @@ FROM claimed
 ORDER BY priority DESC, available_at, created_at;
 
 -- claim_jobs --
--- Claim up to %(limit)s runnable jobs from any queue: mark them running, count the attempt, and take a lease with a fresh token.
+-- Claim up to %(limit)s runnable jobs from any queue but the %(excluded)s ones: mark them running, count the attempt, and take a lease with a fresh token.
 WITH candidates AS MATERIALIZED (
     -- MATERIALIZED fences the planner: the LIMIT applies before the UPDATE,
     -- so no more than %(limit)s rows are ever claimed (Oban's note).
     SELECT id
     FROM durable_jobs_job
     WHERE status = 'pending' AND available_at <= now()
-        -- Queues this worker claims another way (limited ones): not here.
+        -- Queues not claimed here: paused ones, and limited ones (claimed
+        -- by claim_limited); usually none.
         AND NOT (queue = ANY(%(excluded)s::text[]))
         -- Jobs whose type limits each concurrency key: claimed by claim_keyed.
         AND NOT (concurrency_key IS NOT NULL AND type = ANY(%(keyed_types)s::text[]))
@@ -410,10 +411,17 @@ JOIN unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS held(id, token)
 WHERE job.cancel_requested_at IS NOT NULL AND job.status = 'running';
 
 -- next_available_at --
--- When the next pending job in these queues (NULL: all) becomes runnable, so an idle worker can sleep until then instead of a full poll interval.
+-- When the next pending job in these queues (NULL: all) but the %(excluded)s ones becomes runnable, so an idle worker can sleep until then instead of a full poll interval.
 SELECT min(available_at)
 FROM durable_jobs_job
-WHERE status = 'pending' AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]));
+WHERE status = 'pending' AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+    AND NOT (queue = ANY(%(excluded)s::text[]));
+
+-- paused_queues --
+-- The queues paused now (paused_at set, and no end or an end still ahead, by the database's clock), each with the seconds left until its pause lifts by itself (NULL: until resumed). The worker reads it at start, on a pause or resume notification, and at each poll interval.
+SELECT name, EXTRACT(EPOCH FROM paused_until - now())
+FROM durable_jobs_queue
+WHERE paused_at IS NOT NULL AND (paused_until IS NULL OR paused_until > now());
 
 -- notify_queues --
 -- Wake the workers of these queues, as enqueue does (requeue, run now).

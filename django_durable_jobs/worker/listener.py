@@ -1,7 +1,9 @@
 """The LISTEN connection: wakes an idle worker as soon as a job is enqueued.
 
 Enqueue sends ``NOTIFY <channel>, '<queue>'`` in its transaction, so the
-notification arrives at commit. Notifications can be missed (while this
+notification arrives at commit. A pause or resume sends
+``'queue_state:<queue>'`` on the same channel (``pausing.py``); those go to
+``queue_state`` instead. Notifications can be missed (while this
 connection reconnects, for example), which is why the worker also polls.
 
 A cancel of a running job comes on the same channel as
@@ -20,7 +22,7 @@ from collections.abc import Callable
 import psycopg
 
 from .. import db
-from ..constants import CANCEL_NOTIFY_PREFIX
+from ..constants import CANCEL_NOTIFY_PREFIX, QUEUE_STATE_NOTIFY_PREFIX
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -36,12 +38,16 @@ class Listener:
         queues: frozenset[str] | None,
         wake: Callable[[], None],
         on_cancel: Callable[[uuid.UUID], None] | None = None,
+        *,
+        queue_state: Callable[[str | None], None] | None = None,
     ) -> None:
         self._params = db.connection_params(alias)
         self._channel = channel
         self._queues = queues
         self._wake = wake
         self._on_cancel = on_cancel
+        # Called with the queue paused or resumed; None after a reconnect.
+        self._queue_state = queue_state
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="durable-jobs-listener", daemon=True)
         self.connected = threading.Event()
@@ -63,13 +69,20 @@ class Listener:
                         logger.info("Listening again on channel %s", self._channel)
                     delay = RECONNECT_BASE_SECONDS
                     self.connected.set()
-                    # Whatever was enqueued while we were not listening.
+                    # Whatever was enqueued (or paused) while we were not listening.
                     self._wake()
+                    if self._queue_state is not None:
+                        self._queue_state(None)
                     while not self._stop.is_set():
                         # A short timeout: stop() is noticed quickly at shutdown.
                         for notify in conn.notifies(timeout=0.25):
                             if notify.payload.startswith(CANCEL_NOTIFY_PREFIX):
                                 self._cancel_notified(notify.payload)
+                            elif notify.payload.startswith(QUEUE_STATE_NOTIFY_PREFIX):
+                                if self._queue_state is not None:
+                                    self._queue_state(
+                                        notify.payload[len(QUEUE_STATE_NOTIFY_PREFIX) :]
+                                    )
                             elif self._queues is None or notify.payload in self._queues:
                                 self._wake()
             except psycopg.Error as exc:

@@ -10,7 +10,8 @@ Threads, and the connection each uses:
 - completer: writes outcomes in batches (one connection);
 - maintenance: heartbeats and the reaper (one connection);
 - watchdog: fails attempts at their time limit (no connection; ``watchdog.py``);
-- listener: LISTEN for enqueue notifications (one psycopg connection);
+- listener: LISTEN for enqueue notifications, and pause/resume ones
+  (one psycopg connection; the paused queues: ``paused.py``);
 - scheduler: enqueues the periodic jobs' due ticks, when any are declared
   (one connection; ``scheduler.py``).
 
@@ -47,6 +48,7 @@ from .executor import StopWorker, execute, internal_error
 from .listener import Listener
 from .maintenance import Maintenance
 from .outcomes import cancel, cancelled_failure, release
+from .paused import PausedQueues
 from .pool import (
     SCALE_DOWN_AFTER_SECONDS,
     SlotGroup,
@@ -193,6 +195,8 @@ class Worker:
         self._key_limits = registry.concurrency_limits()
         self._keys_checked_at = 0.0
         self._idle_limited: set[str] = set()
+        # The paused queues at the current claim (read by _claim).
+        self._paused_now: frozenset[str] = frozenset()
         self._throttle_logged: dict[tuple[str, str], float] = {}
         for group in self._groups:
             limits = self._limits.get(group.label)
@@ -237,6 +241,10 @@ class Worker:
             untold=self.attempts.untold,
             on_cancel=self._cancels_requested,
         )
+        # The claim leaves these out; read before a claim when stale.
+        self.paused = PausedQueues(
+            config.alias, config.queues, config.poll_interval, worker_id=config.worker_id
+        )
         self.listener = (
             Listener(
                 config.alias,
@@ -244,6 +252,7 @@ class Worker:
                 config.queues,
                 self._notify,
                 on_cancel=lambda job_id: self._cancels_requested({job_id}),
+                queue_state=self._queue_state_changed,
             )
             if config.listen
             else None
@@ -385,6 +394,9 @@ class Worker:
                 if self._retry_due is not None:
                     next_poll = min(next_poll, self._retry_due)
                     self._retry_due = None
+            if self.paused.lifts_at is not None:
+                # Claim when a pause ends by itself: no notification says so.
+                next_poll = min(next_poll, self.paused.lifts_at)
             timeout = max(0.0, next_poll - now) if wanting else None
             if shrink_at is not None:
                 # Wake to stop unused slots even when nothing else happens.
@@ -400,6 +412,8 @@ class Worker:
         the jobs whose type limits each concurrency key (``db.claim_keyed``).
         """
         c = self.config
+        # Paused queues are left out of every claim (paused.py).
+        self._paused_now = self.paused.current()
         jobs = self._claim_limited(asks)
         keyed = self._key_limits
         if self._group_by_queue is not None:
@@ -411,6 +425,7 @@ class Worker:
                     lease_seconds=c.lease_seconds,
                     limits=[(group.label, room) for group, room in plain],
                     keyed_types=keyed,
+                    excluded=self._paused_now,
                 )
         else:
             ((group, room),) = asks
@@ -422,7 +437,7 @@ class Worker:
                     lease_seconds=c.lease_seconds,
                     limit=room - len(jobs),
                     queues=group.queues,
-                    excluded=self._limits,
+                    excluded=self._limits.keys() | self._paused_now,
                     keyed_types=keyed,
                 )
         if keyed:
@@ -475,6 +490,7 @@ class Worker:
                 free = space - sum(1 for j in jobs if self._group_of(j) is group)
                 if (
                     free <= 0
+                    or queue in self._paused_now
                     or queue in self._idle_limited
                     or self._throttled_until.get(queue, 0.0) > now
                 ):
@@ -523,7 +539,7 @@ class Worker:
                 limit=want,
                 key_limits=self._key_limits,
                 queues=group.queues,
-                excluded=self._limits,
+                excluded=self._limits.keys() | self._paused_now,
             )
             jobs += got
             short = short or len(got) < want
@@ -600,10 +616,14 @@ class Worker:
             return {group.label: group.size for group in self._groups}
 
     def _idle_sleep(self) -> float:
-        """Until the next poll: the poll interval, or sooner if a delayed job is due sooner."""
+        """Until the next poll: the poll interval, or sooner if a delayed job is due
+        sooner, or a pause lifts sooner."""
         interval = self.config.poll_interval
+        lifts = self.paused.next_change_in(time.monotonic())
+        if lifts is not None:
+            interval = min(interval, lifts)
         try:
-            due = db.next_available_at(self.config.alias, self.config.queues)
+            due = db.next_available_at(self.config.alias, self.config.queues, self.paused.names)
         except DatabaseError:
             return interval
         if due is None:
@@ -709,6 +729,13 @@ class Worker:
         with self._cond:
             self._notified = True
             self._wake_locked()
+
+    def _queue_state_changed(self, queue: str | None) -> None:
+        """Listener: ``queue`` was paused or resumed (None: maybe missed, reconnected)."""
+        if queue is None or self.paused.concerns(queue):
+            self.paused.invalidate()
+            # Claim now: a resumed queue's jobs are waiting.
+            self._notify()
 
     def _written(self, outcomes: list[Outcome], written: set[uuid.UUID]) -> None:
         """Completer: ``outcomes`` were written (the ``written`` ids) or given up on."""

@@ -513,6 +513,9 @@ ENDPOINTS: dict[str, Endpoint] = {
     "cancel": ("post", lambda p, d: f"/api/jobs/{p.pk}/cancel", "change_job", 200),
     "stats": ("get", lambda p, d: "/api/jobs/stats", "view_job", 200),
     "schedules": ("get", lambda p, d: "/api/schedules", "view_job", 200),
+    "queues": ("get", lambda p, d: "/api/queues", "view_job", 200),
+    "pause": ("post", lambda p, d: "/api/queues/default/pause", "change_job", 200),
+    "resume": ("post", lambda p, d: "/api/queues/default/resume", "change_job", 200),
 }
 WRONG_PERMISSION = {"add_job": "view_job", "view_job": "add_job", "change_job": "add_job"}
 

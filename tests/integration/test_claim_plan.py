@@ -81,6 +81,16 @@ def test_claim_uses_the_claim_index_and_no_seq_scan(big_table: None, query: str)
     assert "Seq Scan" not in plan, plan
 
 
+def test_claim_with_a_paused_queue_still_uses_the_claim_index(big_table: None) -> None:
+    plan = explain(QUERIES["claim_jobs"], {**PARAMS, "excluded": ["reports"]})
+    assert CLAIM_INDEX in plan, plan
+    assert "Seq Scan" not in plan, plan
+    with connection.cursor() as cursor:
+        cursor.execute(QUERIES["claim_jobs"], {**PARAMS, "limit": 100, "excluded": ["reports"]})
+        queues = {row[2] for row in cursor.fetchall()}
+    assert queues == {"default", "emails"}
+
+
 @pytest.mark.parametrize("queues", [["small"], ["small", "tiny"]])
 def test_a_small_queue_is_claimed_by_index_past_a_big_backlog(
     big_table: None, queues: list[str]

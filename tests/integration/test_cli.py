@@ -14,7 +14,8 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from django_durable_jobs.management.commands import jobs as jobs_command
-from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.models import Job, JobStatus, QueueState
+from django_durable_jobs.pausing import paused_queues
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -192,3 +193,56 @@ def test_cancel_of_a_finished_job_is_refused() -> None:
     job = make(JobStatus.COMPLETED)
     with pytest.raises(CommandError, match="only pending or running jobs can be cancelled"):
         run("cancel", str(job.pk))
+
+
+# -- pause and resume -------------------------------------------------------------
+
+
+def test_pause_until_resumed_then_resume() -> None:
+    make()
+    make(queue="emails")
+    assert "Queue emails paused until resumed." in run("pause", "emails")
+    assert paused_queues() == {"emails": None}
+    data = run_json("stats")
+    assert data["queues"]["emails"]["paused"] is True
+    assert data["queues"]["default"]["paused"] is False
+    assert "yes" in run("stats").splitlines()[-1]
+    resumed = run_json("resume", "emails")
+    assert resumed["name"] == "emails" and resumed["paused"] is False
+    assert paused_queues() == {}
+
+
+def test_pause_for_and_until() -> None:
+    before = timezone.now()
+    data = run_json("pause", "emails", "--for", "15m")
+    assert data["paused"] is True
+    until = paused_queues()["emails"]
+    assert until is not None
+    assert before + timedelta(minutes=15) <= until <= timezone.now() + timedelta(minutes=15)
+    assert data["paused_until"] == until.isoformat()
+    text = run("pause", "emails", "--until", "2999-12-01T12:00Z")
+    assert "until 2999-12-01T12:00:00+00:00" in text
+    assert "until 2999-12-01T12:00" in run("stats")
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("emails", "--until", "2999-01-01T00:00Z", "--for", "5m"), "not both"),
+        (("emails", "--until", "tomorrow"), "--until: 'tomorrow' is not an ISO 8601"),
+        (("emails", "--until", "2999-01-01T00:00"), "no UTC offset"),
+        (("emails", "--until", "2000-01-01T00:00Z"), "--until: must be in the future"),
+        (("emails", "--for", "soon"), "--for: 'soon' is not a duration"),
+        (("emails", "--for", "0s"), "--for: a pause must last more than 0 seconds"),
+        (("a,b",), "QUEUE: 'a,b' is not a valid queue name"),
+    ],
+)
+def test_pause_bad_input_is_a_command_error(args: tuple[str, ...], words: str) -> None:
+    with pytest.raises(CommandError, match=words):
+        run("pause", *args)
+    assert not QueueState.objects.exists()
+
+
+def test_resume_bad_queue_name_is_a_command_error() -> None:
+    with pytest.raises(CommandError, match=r"QUEUE: .* is not a valid queue name"):
+        run("resume", "bad name")

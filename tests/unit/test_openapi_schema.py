@@ -31,6 +31,9 @@ def test_committed_schema_describes_every_endpoint() -> None:
         "/api/jobs/{id}/cancel/:",
         "/api/jobs/stats/:",
         "/api/schedules/:",
+        "/api/queues/:",
+        "/api/queues/{name}/pause/:",
+        "/api/queues/{name}/resume/:",
         "/api/health/:",
     ):
         assert f"\n  {path}\n" in text, path

@@ -1,8 +1,8 @@
 """``manage.py jobs``: inspect and act on the queue without writing SQL.
 
 A thin shell: it parses and checks input, then calls ``operations`` (requeue,
-cancel), ``pruning`` and ``api.stats``, the same code as the admin and the
-REST API. Every subcommand takes ``--json`` for scripts. Bad input raises
+cancel), ``pausing`` (pause, resume), ``pruning`` and ``api.stats``, the same
+code as the admin and the REST API. Every subcommand takes ``--json`` for scripts. Bad input raises
 ``CommandError`` (exit status 1) rather than an argparse error (status 2), so
 that a script sees one failure code whatever was wrong.
 """
@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Sequence
-from datetime import timedelta
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
-from ... import operations, pruning
-from ...api.stats import job_stats
+from ... import operations, pausing, pruning
+from ...api.stats import job_stats, queue_overview
 from ...durations import format_duration, parse_duration
-from ...models import Job, JobStatus
+from ...exceptions import InvalidPause
+from ...models import Job, JobStatus, QueueState
 from ...schedules.overview import schedule_overview
 
 DEFAULT_LIMIT = 50
@@ -88,6 +90,37 @@ def job_detail(job: Job) -> dict[str, Any]:
     }
 
 
+def _parse_time(text: str) -> datetime:
+    """``--until``: an ISO 8601 time with a UTC offset (a naive time is refused, not guessed)."""
+    try:
+        parsed = parse_datetime(text.strip())
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise CommandError(
+            f"--until: {text!r} is not an ISO 8601 date and time, e.g. 2026-12-01T12:00Z",
+            returncode=1,
+        )
+    if timezone.is_naive(parsed):
+        raise CommandError(
+            f"--until: {text!r} has no UTC offset; add Z or +hh:mm (a naive time is ambiguous)",
+            returncode=1,
+        )
+    return parsed
+
+
+def _paused_text(entry: dict[str, Any]) -> str:
+    if not entry.get("paused"):
+        return ""
+    until = entry.get("paused_until")
+    return "yes" if until is None else f"until {_iso(until)}"
+
+
+def _queue_data(name: str) -> dict[str, Any]:
+    (queue,) = queue_overview(only=name)
+    return {**queue, "paused_until": _iso(queue["paused_until"])}
+
+
 def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> str:
     """A plain left-aligned text table (no dependency, copy-paste friendly)."""
     text_rows = [["" if cell is None else str(cell) for cell in row] for row in rows]
@@ -102,7 +135,10 @@ def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> str:
 
 
 class Command(BaseCommand):
-    help = "Inspect and manage durable jobs: stats, list, show, requeue, cancel, prune, schedules."
+    help = (
+        "Inspect and manage durable jobs: stats, list, show, requeue, cancel, prune, "
+        "schedules, pause, resume."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
@@ -163,6 +199,27 @@ class Command(BaseCommand):
 
         add("schedules", "List the periodic jobs' schedules with their last and next tick.")
 
+        pause = add(
+            "pause",
+            "Stop workers claiming a queue's jobs (new jobs are still accepted), until "
+            "resumed or for a while.",
+        )
+        pause.add_argument("queue", metavar="QUEUE", help="The queue to pause.")
+        pause.add_argument(
+            "--until",
+            metavar="TIME",
+            help="Lift the pause at this ISO 8601 time with a UTC offset, e.g. 2026-12-01T12:00Z.",
+        )
+        pause.add_argument(
+            "--for",
+            dest="for_",
+            metavar="DURATION",
+            help="Lift the pause after this long, e.g. 45s, 15m, 12h or 7d.",
+        )
+
+        resume = add("resume", "Let workers claim a paused queue's jobs again, at once.")
+        resume.add_argument("queue", metavar="QUEUE", help="The queue to resume.")
+
     def handle(self, *args: Any, **options: Any) -> None:
         handler = getattr(self, "handle_" + options["subcommand"])
         data, text = handler(options)
@@ -181,10 +238,10 @@ class Command(BaseCommand):
         statuses = table(stats["statuses"].items(), ("status", "jobs"))
         queues = table(
             (
-                [queue, *(entry[s] for s in JobStatus.values), entry["total"]]
+                [queue, *(entry[s] for s in JobStatus.values), entry["total"], _paused_text(entry)]
                 for queue, entry in stats["queues"].items()
             ),
-            ("queue", *JobStatus.values, "total"),
+            ("queue", *JobStatus.values, "total", "paused"),
         )
         oldest = stats["oldest_pending_age_seconds"]
         text = (
@@ -375,6 +432,37 @@ class Command(BaseCommand):
             if row["last_job_id"] is not None:
                 row["last_job_id"] = str(row["last_job_id"])
         return data, f"{text}\n({len(rows)} schedule{'s' if len(rows) != 1 else ''})"
+
+    def handle_pause(self, options: dict[str, Any]) -> tuple[Any, str]:
+        until_text, for_text = options["until"], options["for_"]
+        if until_text is not None and for_text is not None:
+            raise CommandError("Give --until or --for, not both", returncode=1)
+        until: datetime | timedelta | None = None
+        if until_text is not None:
+            until = _parse_time(until_text)
+        elif for_text is not None:
+            try:
+                until = parse_duration(for_text)
+            except ValueError as exc:
+                raise CommandError(f"--for: {exc}", returncode=1) from None
+        option = "--until" if until_text is not None else "--for"
+        state = self._queue_state(lambda: pausing.pause_queue(options["queue"], until), option)
+        data = _queue_data(state.name)
+        end = data["paused_until"]
+        text = f"Queue {state.name} paused {'until resumed' if end is None else f'until {end}'}."
+        return data, text
+
+    def handle_resume(self, options: dict[str, Any]) -> tuple[Any, str]:
+        state = self._queue_state(lambda: pausing.resume_queue(options["queue"]), "")
+        return _queue_data(state.name), f"Queue {state.name} resumed."
+
+    @staticmethod
+    def _queue_state(change: Callable[[], QueueState], option: str) -> QueueState:
+        try:
+            return change()
+        except InvalidPause as exc:
+            where = "QUEUE" if exc.field == "queue" else option
+            raise CommandError(f"{where}: {exc.message}", returncode=1) from None
 
     # Progress: on stderr, and only on a terminal, so pipes and JSON stay clean.
 
