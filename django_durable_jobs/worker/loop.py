@@ -378,7 +378,13 @@ class Worker:
                     with self._lock:
                         # A group left out of this claim (no free slot then)
                         # whose last claim was full may still have jobs.
-                        busy = self.attempts.busy() or any(g.more_waiting for g in self._groups)
+                        # A limited queue held back (or claimed by another
+                        # worker at that moment) has runnable jobs too.
+                        busy = (
+                            self.attempts.busy()
+                            or any(g.more_waiting for g in self._groups)
+                            or bool(self._throttled_until)
+                        )
                     if c.burst and not busy:
                         logger.info("No runnable job left: exiting (--burst)")
                         return

@@ -163,3 +163,14 @@ def test_racing_claims_never_exceed_a_rate_limit() -> None:
     for _ in range(4):
         run_in_threads(8, claim)
     assert Job.objects.filter(queue="throttled", status=JobStatus.RUNNING).count() == 7
+
+
+def test_a_burst_worker_waits_for_a_rate_limit_instead_of_exiting_with_jobs_left() -> None:
+    from tests.factories import burst
+
+    with limits(throttled={"rate_limit": "4/s", "concurrency": 100}):
+        enqueue_many([{"type": "tests.record", "queue": "throttled"}] * 9)
+        burst(queues=frozenset({"throttled"}), concurrency=4)
+    jobs = list(Job.objects.all())
+    assert all(job.status == JobStatus.COMPLETED for job in jobs)
+    assert most_starts_in_a_window([job.started_at for job in jobs], timedelta(seconds=1)) <= 4
