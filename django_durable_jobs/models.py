@@ -365,14 +365,16 @@ class QueueThrottle(models.Model):
 
     A worker claiming from a limited queue locks this row first, so claims of
     that queue happen one at a time over every worker and each sees the
-    others' committed claims. ``starts`` holds the start times of the
-    queue's jobs within the last rate window (at most ``rate_limit`` of
-    them): the sliding window the rate limit counts. Rows of queues without
+    others' committed claims. ``starts`` and ``counts`` hold the claims of
+    the queue within the last rate window (when, and how many jobs each
+    started): the sliding window the rate limit counts. Rows of queues without
     limits are never read; a queue's row is created by its first limited claim.
     """
 
     queue = models.CharField(_("queue"), max_length=QUEUE_MAX_LENGTH, primary_key=True)
     starts = ArrayField(models.DateTimeField(), default=list, blank=True)
+    #: How many jobs each claim in ``starts`` started (one entry per claim).
+    counts = ArrayField(models.IntegerField(), default=list, blank=True)
     updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
 
     class Meta:

@@ -368,7 +368,9 @@ def claim_limited(
                 {
                     "queue": queue,
                     "window_seconds": window,
-                    "starts": [job.started_at for job in jobs],
+                    # One statement_timestamp() for the whole claim.
+                    "started_at": max(job.started_at for job in jobs),
+                    "count": len(jobs),
                 },
             )
     # Held back only if jobs were left runnable for that reason.
@@ -378,6 +380,8 @@ def claim_limited(
 
 #: The advisory lock space of concurrency keys (two-int form: this, the key's hash).
 KEY_LOCK_SPACE = 0x444A4B59  # "DJKY"
+#: lock_keys reads at most this many runnable jobs per key it may return.
+KEY_SCAN_PER_KEY = 4
 
 
 def claim_keyed(
@@ -414,6 +418,7 @@ def claim_keyed(
                 "types": types,
                 "limits": [key_limits[t] for t in types],
                 "limit": limit,
+                "scan": limit * KEY_SCAN_PER_KEY,
                 "lock_space": KEY_LOCK_SPACE,
             },
         )

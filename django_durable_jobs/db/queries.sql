@@ -285,27 +285,31 @@ busy AS (
 )
 
 -- lock_keys --
--- A claim of jobs with a concurrency key (their type has a concurrency_limit), first statement of its transaction: the (type, key) pairs of the first %(limit)s keys with a runnable job, in claim order, leaving out keys at their limit in this statement's snapshot; each locked with a transaction-level advisory lock unless another claim holds it (then skipped: no waiting). claim_keyed then counts and claims in a snapshot taken after the locks, so two claims never both see a key's last free slot.
+-- A claim of jobs with a concurrency key (their type has a concurrency_limit), first statement of its transaction: the (type, key) pairs of the first %(limit)s keys with a runnable job among the first %(scan)s such jobs, in claim order, leaving out keys at their limit in this statement's snapshot; each locked with a transaction-level advisory lock unless another claim holds it (then skipped: no waiting). claim_keyed then counts and claims in a snapshot taken after the locks, so two claims never both see a key's last free slot.
 <<_busy_keys>>,
-firsts AS MATERIALIZED (
-    -- The first runnable job of each key with room (durable_jobs_key_pending_idx).
-    SELECT DISTINCT ON (j.type, j.concurrency_key)
-        j.type, j.concurrency_key, j.priority, j.available_at, j.created_at
+heads AS MATERIALIZED (
+    -- Runnable keyed jobs in claim order, keys at their limit left out; a
+    -- bounded number of rows (a few per key wanted), so the cost of a claim
+    -- does not grow with the backlog.
+    SELECT j.type, j.concurrency_key, j.priority, j.available_at, j.created_at
     FROM durable_jobs_job AS j
-    WHERE j.status = 'pending' AND j.concurrency_key IS NOT NULL AND j.available_at <= now()
-        AND j.type = ANY(%(types)s::text[])
+    WHERE j.status = 'pending' AND j.available_at <= now()
+        AND j.concurrency_key IS NOT NULL AND j.type = ANY(%(types)s::text[])
         AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
         AND NOT (j.queue = ANY(%(excluded)s::text[]))
         AND NOT EXISTS (
             SELECT 1 FROM busy AS b
             WHERE b.type = j.type AND b.concurrency_key = j.concurrency_key
         )
-    ORDER BY j.type, j.concurrency_key, j.priority DESC, j.available_at, j.created_at
+    ORDER BY j.priority DESC, j.available_at, j.created_at
+    LIMIT %(scan)s
 ),
 picked AS MATERIALIZED (
+    -- Their keys, each at its first job's place in claim order.
     SELECT type, concurrency_key
-    FROM firsts
-    ORDER BY priority DESC, available_at, created_at
+    FROM heads
+    GROUP BY type, concurrency_key
+    ORDER BY min(ARRAY[-priority::float8, EXTRACT(EPOCH FROM available_at), EXTRACT(EPOCH FROM created_at)])
     LIMIT %(limit)s
 )
 SELECT type, concurrency_key
@@ -360,8 +364,8 @@ WHERE j.status = 'pending' AND j.available_at <= now()
 -- lock_throttle --
 -- A limited queue's claim (DURABLE_JOBS["QUEUES"]), first statement of its transaction: create the queue's throttle row if missing, and lock it, skipping it if another worker's claim holds it (that worker claims this queue now; the next round finds it free). Limited claims of one queue thus run one at a time over every worker. Returns the queue when locked; nothing the first time (the row created by this statement is not visible to it).
 WITH created AS (
-    INSERT INTO durable_jobs_throttle (queue, starts, updated_at)
-    VALUES (%(queue)s, '{}', now())
+    INSERT INTO durable_jobs_throttle (queue, starts, counts, updated_at)
+    VALUES (%(queue)s, '{}', '{}', now())
     ON CONFLICT (queue) DO NOTHING
 )
 SELECT queue
@@ -370,31 +374,34 @@ WHERE queue = %(queue)s
 FOR UPDATE SKIP LOCKED;
 
 -- throttle_state --
--- A limited queue's claim, second statement: a snapshot taken after the lock, so it sees every claim of the queue committed before. The queue's jobs running on a live lease (a dead worker's job stops counting when its lease expires), its starts within the last %(window_seconds)s, seconds until the oldest of those leaves the window, and whether a job of the queue is runnable now.
+-- A limited queue's claim, second statement: a snapshot taken after the lock, so it sees every claim of the queue committed before. The queue's jobs running on a live lease (a dead worker's job stops counting when its lease expires), its starts within the last %(window_seconds)s, seconds until the oldest claim of those leaves the window, and whether a job of the queue is runnable now.
 WITH recent AS (
-    SELECT s
-    FROM durable_jobs_throttle AS t, unnest(t.starts) AS s
+    SELECT s, n
+    FROM durable_jobs_throttle AS t, unnest(t.starts, t.counts) AS w(s, n)
     WHERE t.queue = %(queue)s AND s > now() - make_interval(secs => %(window_seconds)s::float8)
 )
 SELECT
     (SELECT count(*) FROM durable_jobs_job
      WHERE status = 'running' AND queue = %(queue)s AND lease_expires_at > now()),
-    (SELECT count(*) FROM recent),
+    (SELECT COALESCE(sum(n), 0) FROM recent),
     (SELECT EXTRACT(EPOCH FROM min(s) + make_interval(secs => %(window_seconds)s::float8) - now())
      FROM recent),
     EXISTS (SELECT 1 FROM durable_jobs_job
             WHERE status = 'pending' AND available_at <= now() AND queue = %(queue)s);
 
 -- record_starts --
--- A rate-limited queue's claim, last statement: add this claim's starts (its jobs' started_at) to the queue's window and forget the starts that left it.
-UPDATE durable_jobs_throttle
-SET starts = ARRAY(
-        SELECT s FROM unnest(starts) AS s
+-- A rate-limited queue's claim, last statement: add this claim to the queue's window (its jobs' started_at, one instant for the whole claim, and how many) and forget the claims that left it. One entry per claim, not per job: the row stays small at thousands of starts a second.
+UPDATE durable_jobs_throttle AS t
+SET (starts, counts) = (
+        SELECT COALESCE(array_agg(s ORDER BY s), '{}') || %(started_at)s::timestamptz,
+               COALESCE(array_agg(n ORDER BY s), '{}') || %(count)s::int
+        FROM unnest(t.starts, t.counts) AS w(s, n)
         WHERE s > now() - make_interval(secs => %(window_seconds)s::float8)
-    ) || %(starts)s::timestamptz[],
+    ),
     updated_at = now()
 WHERE queue = %(queue)s
 RETURNING queue;
+
 -- request_cancel --
 -- Ask the workers to stop these running jobs: set cancel_requested_at (kept if already set) on those still running, and NOTIFY '<prefix><job id>' on the queue's channel (delivered at commit) so that the worker holding each one tells its handler at once. Returns the ids asked.
 UPDATE durable_jobs_job

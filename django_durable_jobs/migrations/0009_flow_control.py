@@ -38,6 +38,12 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 (
+                    "counts",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.IntegerField(), blank=True, default=list, size=None
+                    ),
+                ),
+                (
                     "updated_at",
                     models.DateTimeField(
                         default=django.utils.timezone.now, verbose_name="updated at"

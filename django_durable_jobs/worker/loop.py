@@ -198,10 +198,6 @@ class Worker:
         # The paused queues at the current claim (read by _claim).
         self._paused_now: frozenset[str] = frozenset()
         self._throttle_logged: dict[tuple[str, str], float] = {}
-        for group in self._groups:
-            limits = self._limits.get(group.label)
-            if limits is not None and limits.rate_limit is not None:
-                group.claims_ahead = False
         # Per-queue slots: which group a job's queue belongs to.
         self._group_by_queue: dict[str, SlotGroup] | None = (
             {group.label: group for group in self._groups} if config.slots_per_queue else None
@@ -362,6 +358,9 @@ class Worker:
                 if self.completer.backlog() >= max_backlog:
                     self._sleep(0.01)
                     continue
+                # Whether jobs were in flight when this claim began: their
+                # ends may free a slot a limit or a busy key held.
+                ran_before = self.attempts.busy()
                 try:
                     jobs = self._claim(asks)
                     claim_failures = 0
@@ -384,6 +383,10 @@ class Worker:
                             self.attempts.busy()
                             or any(g.more_waiting for g in self._groups)
                             or bool(self._throttled_until)
+                            # A claim that ran beside jobs of a limited queue
+                            # or a busy key may have found nothing it may take
+                            # yet: one more claim once nothing runs decides.
+                            or (ran_before and bool(self._limits or self._key_limits))
                         )
                     if c.burst and not busy:
                         logger.info("No runnable job left: exiting (--burst)")
@@ -488,18 +491,20 @@ class Worker:
             for queue, limits in self._limits.items():
                 if group.queues is not None and queue not in group.queues:
                     continue
-                # A rate-limited queue's claims take free slots only: a job
-                # starts when the claim counts its start. A queue with only a
-                # concurrency limit may claim ahead: a buffered job is running
-                # in the table, so it counts (and takes one of the slots).
-                space = group.free() if limits.rate_limit is not None else room
-                free = space - sum(1 for j in jobs if self._group_of(j) is group)
+                # Limited queues claim ahead too (short jobs only, pool.py): a
+                # buffered job is running in the table, so it counts against
+                # the concurrency limit, and its start is counted at its claim.
+                free = room - sum(1 for j in jobs if self._group_of(j) is group)
                 if (
-                    free <= 0
-                    or queue in self._paused_now
+                    queue in self._paused_now
                     or queue in self._idle_limited
                     or self._throttled_until.get(queue, 0.0) > now
                 ):
+                    continue
+                if free <= 0:
+                    # No slot for it now: look again at the next claim (and a
+                    # burst worker does not take the queue for empty).
+                    self._throttled_until.setdefault(queue, now)
                     continue
                 got = db.claim_limited(
                     c.alias,
@@ -517,11 +522,13 @@ class Worker:
                     # Another worker claims this queue right now: look again soon.
                     self._throttled_until[queue] = now + LIMITED_BUSY_RETRY_SECONDS
                     self._retry_soon(now + LIMITED_BUSY_RETRY_SECONDS)
-                else:
+                elif len(got.jobs) < free:
+                    # Nothing more runnable: not again before a poll or a notification.
                     self._throttled_until.pop(queue, None)
-                    if len(got.jobs) < free:
-                        # Nothing more runnable: not again before a poll or a notification.
-                        self._idle_limited.add(queue)
+                    self._idle_limited.add(queue)
+                else:
+                    # It filled the free slots: look again as soon as one frees.
+                    self._throttled_until[queue] = 0.0
         return jobs
 
     def _claim_keyed(
@@ -715,7 +722,7 @@ class Worker:
             if group is not None and duration is not None:
                 group.attempt_took(duration)
             if attempt is not None and attempt.job.queue in self._throttled_until:
-                self._throttled_until.pop(attempt.job.queue, 0.0)
+                self._throttled_until[attempt.job.queue] = 0.0  # look again now
                 # A limited queue's job ended here: one of its slots is free
                 # now, so claim again as on a notification.
                 self._notified = True

@@ -86,9 +86,6 @@ class SlotGroup:
         self.more_waiting = True
         #: Claimed jobs that may wait for a thread beyond one per slot.
         self.ahead = 0
-        #: False for a queue with cluster-wide limits: its claims take free
-        #: slots only, so a claimed job starts when its start is counted.
-        self.claims_ahead = True
         #: Running mean of the attempts' durations (None before the first).
         self.mean_duration: float | None = None
         self._started = 0
@@ -119,7 +116,7 @@ class SlotGroup:
         mean = self.mean_duration
         mean = seconds if mean is None else mean + _DURATION_WEIGHT * (seconds - mean)
         self.mean_duration = mean
-        if mean > CLAIM_AHEAD_MAX_SECONDS or not self.claims_ahead:
+        if mean > CLAIM_AHEAD_MAX_SECONDS:
             self.ahead = 0
         else:
             # About CLAIM_AHEAD_MAX_SECONDS of work for the slots, within bounds.
