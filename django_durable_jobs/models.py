@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import BooleanField, DurationField, ExpressionWrapper, F, Q
 from django.db.models.expressions import CombinedExpression
@@ -365,16 +364,17 @@ class QueueThrottle(models.Model):
 
     A worker claiming from a limited queue locks this row first, so claims of
     that queue happen one at a time over every worker and each sees the
-    others' committed claims. ``starts`` and ``counts`` hold the claims of
-    the queue within the last rate window (when, and how many jobs each
-    started): the sliding window the rate limit counts. Rows of queues without
+    others' committed claims. Two array columns, ``starts`` and ``counts``,
+    hold the claims of the queue within the last rate window (when, and how
+    many jobs each started): the sliding window the rate limit counts. They
+    belong to the claim's SQL (``db/queries.sql``) and are not model fields:
+    the ORM never reads them, and an ``ArrayField`` would make projects add
+    ``django.contrib.postgres`` to ``INSTALLED_APPS`` (Django 6.1's check
+    postgres.E005). Rows of queues without
     limits are never read; a queue's row is created by its first limited claim.
     """
 
     queue = models.CharField(_("queue"), max_length=QUEUE_MAX_LENGTH, primary_key=True)
-    starts = ArrayField(models.DateTimeField(), default=list, blank=True)
-    #: How many jobs each claim in ``starts`` started (one entry per claim).
-    counts = ArrayField(models.IntegerField(), default=list, blank=True)
     updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
 
     class Meta:

@@ -8,7 +8,6 @@ transaction): enqueues and workers are not blocked on a big table.
 
 from __future__ import annotations
 
-import django.contrib.postgres.fields
 import django.utils.timezone
 from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
@@ -32,18 +31,6 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 (
-                    "starts",
-                    django.contrib.postgres.fields.ArrayField(
-                        base_field=models.DateTimeField(), blank=True, default=list, size=None
-                    ),
-                ),
-                (
-                    "counts",
-                    django.contrib.postgres.fields.ArrayField(
-                        base_field=models.IntegerField(), blank=True, default=list, size=None
-                    ),
-                ),
-                (
                     "updated_at",
                     models.DateTimeField(
                         default=django.utils.timezone.now, verbose_name="updated at"
@@ -56,6 +43,14 @@ class Migration(migrations.Migration):
                 "db_table": "durable_jobs_throttle",
                 "ordering": ["queue"],
             },
+        ),
+        # The rate window: one (start, count) per claim, read and written
+        # only by the claim's SQL (db/queries.sql), so not model fields.
+        migrations.RunSQL(
+            "ALTER TABLE durable_jobs_throttle"
+            " ADD COLUMN starts timestamptz[] NOT NULL DEFAULT '{}',"
+            " ADD COLUMN counts integer[] NOT NULL DEFAULT '{}'",
+            reverse_sql="ALTER TABLE durable_jobs_throttle DROP COLUMN starts, DROP COLUMN counts",
         ),
         migrations.AddField(
             model_name="job",
