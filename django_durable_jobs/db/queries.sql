@@ -221,7 +221,8 @@ SET status = CASE
         THEN now()
     END,
     available_at = CASE
-        WHEN outcome.transition IN ('retry', 'release') AND job.cancel_requested_at IS NULL
+        -- A release keeps available_at: the job never ran (a tick stays on its tick).
+        WHEN outcome.transition = 'retry' AND job.cancel_requested_at IS NULL
         THEN COALESCE(outcome.run_at, now() + COALESCE(outcome.delay_us, 0) * interval '1 microsecond')
         ELSE job.available_at
     END,
