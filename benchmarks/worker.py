@@ -538,11 +538,11 @@ def flow(args: argparse.Namespace, env: dict[str, str]) -> None:
           f" ({loadavg()})")  # fmt: skip
     print(f"{'configuration':<52}{'jobs/s wall':>12}{'jobs/s span':>12}{'vs none':>8}"
           f"{'claim':>7}  runs (jobs/s wall|span)")  # fmt: skip
-    not_binding = {"default": {"concurrency": 10_000, "rate_limit": "10000/s"}}
+    not_binding = {"default": {"concurrency": 10_000, "rate_limit": "100000/s"}}
     configurations = [
         ("no limits", {}, TYPE, 0),
         ("queue concurrency 10,000 (not binding)", {"default": {"concurrency": 10_000}}, TYPE, 0),
-        ("queue concurrency 10,000 + rate 10,000/s (not binding)", not_binding, TYPE, 0),
+        ("queue concurrency 10,000 + rate 100,000/s (not binding)", not_binding, TYPE, 0),
         (f"{KEYED_TYPE}, concurrency_limit=1, 1,000 keys", {}, KEYED_TYPE, 1_000),
     ]
     base = None

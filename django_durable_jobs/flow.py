@@ -18,9 +18,9 @@ from .names import is_queue_name
 
 #: Window lengths a ``rate_limit`` may name.
 RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
-#: The most starts one rate limit may allow per window: the claim keeps the
-#: start times of the window in one row, so this bounds that row.
-RATE_LIMIT_MAX = 10_000
+#: The most starts one rate limit may allow per window (the window row stays
+#: small whatever the rate: claims close together share an entry).
+RATE_LIMIT_MAX = 1_000_000
 #: The most jobs of one queue the ``concurrency`` limit may allow.
 CONCURRENCY_MAX = 10_000
 QUEUE_OPTIONS = ("rate_limit", "concurrency")

@@ -296,6 +296,10 @@ def claim(
     return [ClaimedJob(*row) for row in rows]
 
 
+#: A rate window keeps at most about this many entries (claims close together merge).
+RATE_WINDOW_ENTRIES = 200
+
+
 class LimitedClaim(NamedTuple):
     """What one claim of a limited queue got, and why it got no more."""
 
@@ -368,6 +372,7 @@ def claim_limited(
                 {
                     "queue": queue,
                     "window_seconds": window,
+                    "merge_seconds": window / RATE_WINDOW_ENTRIES,
                     # One statement_timestamp() for the whole claim.
                     "started_at": max(job.started_at for job in jobs),
                     "count": len(jobs),
@@ -424,14 +429,18 @@ def claim_keyed(
         )
         if not locked:
             return []
+        keys = sorted({(type_, key) for _, type_, key, _ in locked})
         rows = _run(
             using,
             "claim_keyed",
             {
-                **scope,
-                "key_types": [type_ for type_, _ in locked],
-                "keys": [key for _, key in locked],
-                "key_limits": [key_limits[type_] for type_, _ in locked],
+                "key_types": [type_ for type_, _ in keys],
+                "keys": [key for _, key in keys],
+                "key_limits": [key_limits[type_] for type_, _ in keys],
+                "ids": [row[0] for row in locked],
+                "id_types": [row[1] for row in locked],
+                "id_keys": [row[2] for row in locked],
+                "ranks": [row[3] for row in locked],
                 "limit": limit,
                 "worker_id": worker_id,
                 "lease_seconds": float(lease_seconds),

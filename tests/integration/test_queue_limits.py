@@ -7,6 +7,7 @@ counts too.
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import datetime, timedelta
 
@@ -174,3 +175,55 @@ def test_a_burst_worker_waits_for_a_rate_limit_instead_of_exiting_with_jobs_left
     jobs = list(Job.objects.all())
     assert all(job.status == JobStatus.COMPLETED for job in jobs)
     assert most_starts_in_a_window([job.started_at for job in jobs], timedelta(seconds=1)) <= 4
+
+
+def window_entries(queue: str) -> tuple[int, int]:
+    """The rate window's (entries, starts counted) in the queue's throttle row."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT cardinality(starts), (SELECT COALESCE(sum(n), 0) FROM unnest(counts) AS n)"
+            " FROM durable_jobs_throttle WHERE queue = %s",
+            [queue],
+        )
+        entries, counted = cursor.fetchone()
+    return entries, counted
+
+
+def test_claims_close_together_share_one_window_entry_and_the_limit_still_holds() -> None:
+    enqueue_many([{"type": "tests.record", "queue": "throttled"}] * 40)
+    hourly = QueueLimits(rate_limit=RateLimit(30, 3600.0))  # entries merge within 18 s
+
+    def claim_one() -> int:
+        return len(
+            db.claim_limited(
+                "default",
+                worker_id="one-at-a-time",
+                lease_seconds=30,
+                queue="throttled",
+                limits=hourly,
+                want=1,
+            ).jobs
+        )
+
+    claimed = sum(claim_one() for _ in range(45))  # the first only creates the row
+    assert claimed == 30
+    # 30 claims of one job each, a few ms apart: one entry, every start counted.
+    assert window_entries("throttled") == (1, 30)
+
+
+def test_claims_further_apart_than_the_merge_interval_keep_entries_of_their_own() -> None:
+    enqueue_many([{"type": "tests.record", "queue": "throttled"}] * 5)
+    # A 0.2 s window merges claims within 1 ms of the last entry.
+    fast = QueueLimits(rate_limit=RateLimit(100, 0.2))
+    got = 0
+    for _ in range(4):
+        got += len(
+            db.claim_limited(
+                "default", worker_id="w", lease_seconds=30, queue="throttled", limits=fast, want=1
+            ).jobs
+        )
+        time.sleep(0.01)
+    entries, counted = window_entries("throttled")
+    assert got == 3 and counted == 3 and entries == 3
