@@ -12,10 +12,9 @@ import pytest
 
 from django_durable_jobs import InvalidJob, db, enqueue, enqueue_many
 from django_durable_jobs.models import Job, JobStatus
-from tests.factories import RunningWorker, wait_until, worker_config
+from tests.factories import RunningWorker, most_running_at_once, wait_until, worker_config
 
 from .helpers import run_in_threads
-from .test_queue_limits import most_running_at_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
