@@ -187,3 +187,34 @@ def reaper(worker_id: str = "reaper") -> Maintenance:
     return Maintenance(
         "default", worker_id, 30.0, dict, lambda lost: None, RetryPolicy(0.01, 0.05, 0.1), 20
     )
+
+
+# --- flow control: what the rows say ran at once ---------------------------------------
+
+
+def most_running_at_once(jobs: Collection[Job]) -> int:
+    """The most of ``jobs`` running at one instant, from their ``started_at``/``completed_at``.
+
+    A job counts as running from its claim to its outcome's commit, which is
+    what the queue and key limits count too; every job must have finished.
+    """
+    unfinished = [job.pk for job in jobs if job.started_at is None or job.completed_at is None]
+    assert not unfinished, f"jobs without a start or an end: {unfinished}"
+    events = sorted(
+        [(job.started_at, 1) for job in jobs] + [(job.completed_at, -1) for job in jobs],
+        key=lambda e: (e[0], e[1]),  # an end before a start at the same instant
+    )
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def most_starts_in_a_window(starts: Collection[datetime | None], window: timedelta) -> int:
+    """The most ``starts`` within any ``window`` (half open: ``[start, start + window)``)."""
+    assert None not in starts, "a job that never started"
+    ordered = sorted(s for s in starts if s is not None)
+    return max(
+        sum(1 for other in ordered[i:] if other - start < window) for i, start in enumerate(ordered)
+    )

@@ -11,11 +11,17 @@ from datetime import timedelta
 import pytest
 
 from django_durable_jobs import InvalidJob, db, enqueue, enqueue_many
+from django_durable_jobs.db.records import ClaimedJob, Outcome, Transition
 from django_durable_jobs.models import Job, JobStatus
-from tests.factories import RunningWorker, wait_until, worker_config
+from tests.factories import (
+    RunningWorker,
+    finish,
+    most_running_at_once,
+    wait_until,
+    worker_config,
+)
 
 from .helpers import run_in_threads
-from .test_queue_limits import most_running_at_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,18 +90,37 @@ def test_a_busy_key_does_not_block_other_keys_and_its_oldest_job_runs_first() ->
     assert other.started_at - first[0].started_at < timedelta(seconds=0.3)
 
 
-def test_racing_claims_on_one_key_never_start_two() -> None:
-    enqueue_many([{"type": "tests.serial", "concurrency_key": "same"}] * 20)
+def test_racing_claims_on_one_free_key_start_one_job_each_round() -> None:
+    # One key's jobs in 8 queues, each racer claiming from its own (workers
+    # serving different queues): each sees another first job of the key, so
+    # only the key's lock can keep two of them from both starting one.
+    enqueue_many(
+        [
+            {"type": "tests.serial", "queue": f"q{i}", "concurrency_key": "same"}
+            for _ in range(5)
+            for i in range(8)
+        ]
+    )
 
-    def claim(i: int) -> int:
-        jobs = db.claim_keyed(
-            "default", worker_id=f"racer-{i}", lease_seconds=30, limit=5, key_limits=SERIAL
+    def claim(i: int) -> list[ClaimedJob]:
+        return db.claim_keyed(
+            "default",
+            worker_id=f"racer-{i}",
+            lease_seconds=30,
+            limit=5,
+            key_limits=SERIAL,
+            queues=[f"q{i}"],
         )
-        return len(jobs)
 
-    for _ in range(3):
-        run_in_threads(8, claim)
-    assert Job.objects.filter(status=JobStatus.RUNNING).count() == 1
+    for _ in range(5):
+        # 8 claims released together on a free key: one job, by one of them.
+        claimed = [job for got in run_in_threads(8, claim) for job in got]
+        assert len(claimed) == 1, claimed
+        assert Job.objects.filter(status=JobStatus.RUNNING).count() == 1
+        # Ended: the key is free again for the next round.
+        (job,) = claimed
+        assert finish(Outcome(job.id, job.lease_token, Transition.COMPLETE)) == {job.id}
+    assert Job.objects.filter(status=JobStatus.COMPLETED).count() == 5
 
 
 def test_jobs_with_a_key_of_a_type_without_a_limit_run_unlimited() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.test import override_settings
@@ -18,7 +18,14 @@ from prometheus_client import REGISTRY
 from django_durable_jobs import db, enqueue, enqueue_many
 from django_durable_jobs.flow import QueueLimits, RateLimit
 from django_durable_jobs.models import Job, JobStatus
-from tests.factories import RunningWorker, claim_directly, wait_until, worker_config
+from tests.factories import (
+    RunningWorker,
+    claim_directly,
+    most_running_at_once,
+    most_starts_in_a_window,
+    wait_until,
+    worker_config,
+)
 
 from .helpers import run_in_threads
 
@@ -27,25 +34,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def limits(**queues: dict[str, object]) -> override_settings:
     return override_settings(DURABLE_JOBS={"QUEUES": queues})
-
-
-def most_running_at_once(jobs: list[Job]) -> int:
-    events = sorted(
-        [(job.started_at, 1) for job in jobs] + [(job.completed_at, -1) for job in jobs],
-        key=lambda e: (e[0], e[1]),  # an end before a start at the same instant
-    )
-    running = peak = 0
-    for _, step in events:
-        running += step
-        peak = max(peak, running)
-    return peak
-
-
-def most_starts_in_a_window(starts: list[datetime], window: timedelta) -> int:
-    starts = sorted(starts)
-    return max(
-        sum(1 for other in starts[i:] if other - start < window) for i, start in enumerate(starts)
-    )
 
 
 def run_workers(count: int, queue: str, until: int, **config: object) -> list[Job]:

@@ -164,9 +164,16 @@ def cooperative(ctx: JobContext) -> dict[str, Any]:
 
 @job("tests.serial", concurrency_limit=1)
 def serial(ctx: JobContext) -> dict[str, Any]:
-    """One at a time per concurrency key: records its run, sleeps ``payload["sleep"]``."""
+    """One at a time per concurrency key: records its run, sleeps ``payload["sleep"]``.
+
+    A retry sleeps ``payload["retry_sleep"]`` instead, when given: a long first
+    attempt for a worker to be killed in, and a quick retry once it is reaped.
+    """
     Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
-    time.sleep(float(ctx.payload.get("sleep", 0)))
+    seconds = ctx.payload.get("sleep", 0)
+    if ctx.attempt > 1:
+        seconds = ctx.payload.get("retry_sleep", seconds)
+    time.sleep(float(seconds))
     return {"attempt": ctx.attempt}
 
 
