@@ -44,7 +44,8 @@ from django.utils.translation import ngettext
 
 from . import db, operations, pausing
 from .conf import jobs_settings
-from .flow import parse_queues, queue_limits
+from .flow import describe_limits, parse_queues, queue_limits
+from .held_back import describe_held_back, held_back
 from .models import DeadJob, Job, QueueState, ScheduleState, WorkerProcess
 from .operations import BulkResult
 from .registry import registry
@@ -692,13 +693,16 @@ class ScheduleStateAdmin(_ScheduleModelAdmin):
         return False
 
 
+#: Where QueueStateAdmin keeps a request's held-back counts (see get_list_display).
+_HELD_BACK_ATTRIBUTE = "_durable_jobs_held_back"
 #: "Pause for 15 minutes": the admin's one pause with an end time.
 ADMIN_PAUSE_FOR = datetime.timedelta(minutes=15)
 
 
 @admin.register(QueueState)
 class QueueStateAdmin(_QueueModelAdmin):
-    """The queues, with their paused state; actions pause and resume them.
+    """The queues, with their paused state, limits and what these hold back now; actions
+    pause and resume them.
 
     A queue gets a row here once it is declared in ``QUEUES``, holds
     pending, running or dead jobs, or was paused: opening the list adds the
@@ -736,6 +740,25 @@ class QueueStateAdmin(_QueueModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[QueueState]:
         return super().get_queryset(request).with_paused()  # type: ignore[attr-defined,no-any-return]
 
+    def get_list_display(self, request: HttpRequest) -> Any:
+        """The columns, and "held back": what flow control holds back in each queue now.
+
+        Counted once per page (a few small queries, ``held_back.py``), not
+        per row: a column method sees only its row, so it reads the counts
+        of this request from a closure.
+        """
+        held = getattr(request, _HELD_BACK_ATTRIBUTE, None)
+        if held is None:
+            held = held_back(db.database_alias())
+            setattr(request, _HELD_BACK_ATTRIBUTE, held)
+
+        @admin.display(description=_("held back"))
+        def held_back_now(obj: QueueState) -> str:
+            return describe_held_back(held.get(obj.name, {})) or "-"
+
+        after = self.list_display.index("limits") + 1
+        return (*self.list_display[:after], held_back_now, *self.list_display[after:])
+
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
         if request.method == "GET" and self.has_change_permission(request):
             self._add_known_queues()
@@ -758,9 +781,7 @@ class QueueStateAdmin(_QueueModelAdmin):
     @admin.display(description=_("limits"))
     def limits(self, obj: QueueState) -> str:
         limits = queue_limits().get(obj.name)
-        if limits is None:
-            return "-"
-        return ", ".join(f"{key} {value}" for key, value in limits.as_dict().items() if value)
+        return describe_limits(None if limits is None else limits.as_dict()) or "-"
 
     def _pause(self, request: HttpRequest, queryset: QuerySet[Any], until: Any) -> None:
         names = list(queryset.values_list("name", flat=True))

@@ -65,6 +65,12 @@ class QueueLimits:
         }
 
 
+def describe_limits(limits: Mapping[str, Any] | None) -> str:
+    """``QueueLimits.as_dict()`` as text for people (the CLI, the admin):
+    ``"rate_limit 10/s, concurrency 4"``; ``""`` for none."""
+    return ", ".join(f"{key} {value}" for key, value in (limits or {}).items() if value)
+
+
 def parse_rate_limit(value: Any) -> RateLimit:
     """``"10/s"``, ``"100/m"``, ``"1000/h"`` as a ``RateLimit``; ``FlowError`` otherwise."""
     match = _RATE.match(value) if isinstance(value, str) else None

@@ -365,16 +365,58 @@ class StatusCountsSerializer(serializers.Serializer[dict[str, Any]]):
     cancelled = serializers.IntegerField()
 
 
+class QueueLimitsSerializer(serializers.Serializer[dict[str, Any]]):
+    rate_limit = serializers.CharField(
+        allow_null=True, help_text="At most N starts per window: N/s, N/m or N/h; null: none."
+    )
+    concurrency = serializers.IntegerField(
+        allow_null=True, help_text="At most this many running at once; null: no limit."
+    )
+
+
+class HeldBackSerializer(serializers.Serializer[dict[str, Any]]):
+    """The queue's runnable jobs no worker may start now, by the limit that holds them.
+
+    Each job counts once, under the first reason that applies in this order.
+    """
+
+    paused = serializers.IntegerField(
+        help_text="The queue is paused: all its runnable jobs; 0 otherwise."
+    )
+    concurrency = serializers.IntegerField(
+        help_text="The queue already runs as many jobs as its concurrency allows: all its "
+        "runnable jobs; 0 otherwise."
+    )
+    rate_limit = serializers.IntegerField(
+        help_text="The queue's rate window is full (as many starts as its rate_limit allows): "
+        "all its runnable jobs; 0 otherwise."
+    )
+    key = serializers.IntegerField(
+        help_text="Runnable jobs whose concurrency key already runs its type's "
+        "concurrency_limit (keys of a type without a limit never count)."
+    )
+
+
+HELD_BACK_HELP = (
+    "Runnable pending jobs that no worker may start now because of a pause or a limit, "
+    "by reason (the reasons of durable_jobs_throttled_total); all 0 when none."
+)
+
+
 class QueueStatsSerializer(StatusCountsSerializer):
     total = serializers.IntegerField()
     oldest_pending_age_seconds = serializers.FloatField(
         allow_null=True,
         help_text="Seconds the oldest runnable pending job of this queue has waited.",
     )
+    limits = QueueLimitsSerializer(
+        allow_null=True, help_text="The queue's DURABLE_JOBS['QUEUES'] limits; null: none."
+    )
     paused = serializers.BooleanField(help_text="Whether workers hold off this queue now.")
     paused_until = serializers.DateTimeField(
         allow_null=True, help_text="When the pause lifts by itself; null: until resumed."
     )
+    held_back = HeldBackSerializer(help_text=HELD_BACK_HELP)
 
 
 class StatsSerializer(serializers.Serializer[dict[str, Any]]):
@@ -443,15 +485,6 @@ class QueueCountsSerializer(serializers.Serializer[dict[str, Any]]):
     dead = serializers.IntegerField()
 
 
-class QueueLimitsSerializer(serializers.Serializer[dict[str, Any]]):
-    rate_limit = serializers.CharField(
-        allow_null=True, help_text="At most N starts per window: N/s, N/m or N/h; null: none."
-    )
-    concurrency = serializers.IntegerField(
-        allow_null=True, help_text="At most this many running at once; null: no limit."
-    )
-
-
 class QueueSerializer(serializers.Serializer[Any]):
     """One queue: its counts, limits and paused state."""
 
@@ -470,6 +503,7 @@ class QueueSerializer(serializers.Serializer[Any]):
     paused_until = serializers.DateTimeField(
         allow_null=True, help_text="When the pause lifts by itself; null: until resumed."
     )
+    held_back = HeldBackSerializer(help_text=HELD_BACK_HELP)
 
 
 class PauseSerializer(serializers.Serializer[None]):

@@ -7,7 +7,8 @@ runnable ``pending`` job has been waiting since it became available (a
 delayed job is not late before its ``available_at``). ``health_stats``,
 for ``/api/health``, counts the live workers and that oldest wait.
 ``queue_overview``, for ``GET /api/queues``, lists each queue with its
-counts, its limits and its paused state.
+counts, its limits and its paused state. Both tell, per queue, how many
+runnable jobs its flow control holds back now, and why (``held_back.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from django.db.models.functions import Now
 
 from .. import db
 from ..conf import jobs_settings
-from ..flow import parse_queues, queue_limits
+from ..flow import QueueLimits, parse_queues, queue_limits
+from ..held_back import held_back, nothing_held
 from ..models import Job, JobStatus, QueueState, WorkerProcess
 
 
@@ -31,7 +33,9 @@ def _counts() -> dict[str, int]:
 def job_stats(using: str | None = None) -> dict[str, Any]:
     """Counts by status and by queue, and the oldest runnable pending job's wait.
 
-    Returns ``{"total", "statuses", "queues", "oldest_pending_age_seconds"}``.
+    Returns ``{"total", "statuses", "queues", "oldest_pending_age_seconds"}``; each
+    queue also has its ``limits`` (``None``: none), whether it is paused, and
+    the runnable jobs its flow control holds back now (``held_back.py``).
     """
     jobs = Job.objects.using(db.database_alias(using))
     statuses = _counts()
@@ -57,13 +61,18 @@ def job_stats(using: str | None = None) -> dict[str, Any]:
         if queue in queues:
             queues[queue]["oldest_pending_age_seconds"] = seconds
         oldest = seconds if oldest is None else max(oldest, seconds)
-    paused = _paused(db.database_alias(using))
+    alias = db.database_alias(using)
+    paused = _paused(alias)
     for queue in paused:
         # A paused queue is listed even when it holds no job.
         queues.setdefault(queue, {**_counts(), "total": 0, "oldest_pending_age_seconds": None})
+    limits = queue_limits()
+    held = held_back(alias, paused)
     for queue, entry in queues.items():
+        entry["limits"] = _limits_of(queue, limits)
         entry["paused"] = queue in paused
         entry["paused_until"] = paused.get(queue)
+        entry["held_back"] = held.get(queue, nothing_held())
     return {
         "total": sum(statuses.values()),
         "statuses": statuses,
@@ -91,6 +100,10 @@ def health_stats(using: str | None = None) -> dict[str, Any]:
     }
 
 
+def _limits_of(queue: str, limits: dict[str, QueueLimits]) -> dict[str, Any] | None:
+    return limits[queue].as_dict() if queue in limits else None
+
+
 def _paused(alias: str) -> dict[str, datetime | None]:
     """``{queue: paused_until}`` of the queues paused now (one small query)."""
     return dict(QueueState.objects.using(alias).paused().values_list("name", "paused_until"))
@@ -98,10 +111,13 @@ def _paused(alias: str) -> dict[str, datetime | None]:
 
 def queue_overview(using: str | None = None, *, only: str | None = None) -> list[dict[str, Any]]:
     """Each queue (declared in ``QUEUES``, holding pending, running or dead jobs, or
-    paused), by name: its counts, its limits (``None``: none) and whether it is paused.
+    paused), by name: its counts, its limits (``None``: none), whether it is paused,
+    and the runnable jobs its flow control holds back now.
 
     Two queries: the queue-depth metric's (grouped over the pending, running
-    and dead jobs only, never the finished history) and the paused queues.
+    and dead jobs only, never the finished history) and the paused queues;
+    ``held_back`` adds at most four small ones, none when nothing is paused
+    or limited.
     ``only``: that queue alone, listed whatever it holds.
     """
     alias = db.database_alias(using)
@@ -116,6 +132,7 @@ def queue_overview(using: str | None = None, *, only: str | None = None) -> list
             ages[queue] = age
     paused = _paused(alias)
     limits = queue_limits()
+    held = held_back(alias, paused)
     names = set(counts) | set(parse_queues(jobs_settings.QUEUES)) | set(paused)
     if only is not None:
         names = {only}
@@ -124,9 +141,10 @@ def queue_overview(using: str | None = None, *, only: str | None = None) -> list
             "name": name,
             "counts": counts.get(name, {"pending": 0, "running": 0, "dead": 0}),
             "oldest_pending_age_seconds": ages.get(name),
-            "limits": limits[name].as_dict() if name in limits else None,
+            "limits": _limits_of(name, limits),
             "paused": name in paused,
             "paused_until": paused.get(name),
+            "held_back": held.get(name, nothing_held()),
         }
         for name in sorted(names)
     ]

@@ -63,6 +63,7 @@ __all__ = [
     "delete_worker",
     "extend_leases",
     "insert_jobs",
+    "jobs_held_by_keys",
     "keys_held_back",
     "listen",
     "next_available_at",
@@ -71,6 +72,7 @@ __all__ = [
     "paused_queues",
     "prune_batch",
     "queue_depth",
+    "rate_window_starts",
     "reap",
     "record_outcomes",
     "record_outcomes_directly",
@@ -464,6 +466,28 @@ def keys_held_back(
         },
     )
     return [row[0] for row in rows]
+
+
+def jobs_held_by_keys(using: str, key_limits: Mapping[str, int]) -> dict[str, int]:
+    """``{queue: runnable jobs whose concurrency key is at its limit}`` (queues with some)."""
+    types = sorted(key_limits)
+    rows = _run_through_django(
+        using,
+        "jobs_held_by_keys",
+        {"types": types, "limits": [key_limits[t] for t in types]},
+    )
+    return {queue: int(count) for queue, count in rows}
+
+
+def rate_window_starts(using: str, windows: Mapping[str, float]) -> dict[str, int]:
+    """``{queue: starts in its rate window now}`` for ``windows`` (``{queue: seconds}``)."""
+    queues = sorted(windows)
+    rows = _run_through_django(
+        using,
+        "rate_window_starts",
+        {"queues": queues, "window_seconds": [float(windows[q]) for q in queues]},
+    )
+    return {queue: int(starts) for queue, starts in rows}
 
 
 def claim_per_queue(

@@ -372,6 +372,15 @@ JOIN durable_jobs_job AS j ON j.type = b.type AND j.concurrency_key = b.concurre
 WHERE j.status = 'pending' AND j.available_at <= now()
     AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]));
 
+-- jobs_held_by_keys --
+-- What per-key limits hold back now (jobs stats, GET /api/queues, the admin's Queues page): per queue, the runnable jobs whose (type, concurrency key) already runs its type's limit on a live lease, among %(types)s with %(limits)s. Both halves read partial indexes of unfinished jobs only (the running jobs, then each busy key's pending jobs through durable_jobs_key_pending_idx), never the finished history.
+<<_busy_keys>>
+SELECT j.queue, count(*)
+FROM busy AS b
+JOIN durable_jobs_job AS j ON j.type = b.type AND j.concurrency_key = b.concurrency_key
+WHERE j.status = 'pending' AND j.concurrency_key IS NOT NULL AND j.available_at <= now()
+GROUP BY j.queue;
+
 -- lock_throttle --
 -- A limited queue's claim (DURABLE_JOBS["QUEUES"]), first statement of its transaction: create the queue's throttle row if missing, and lock it, skipping it if another worker's claim holds it (that worker claims this queue now; the next round finds it free). Limited claims of one queue thus run one at a time over every worker. Returns the queue when locked; nothing the first time (the row created by this statement is not visible to it).
 WITH created AS (
@@ -399,6 +408,15 @@ SELECT
      FROM recent),
     EXISTS (SELECT 1 FROM durable_jobs_job
             WHERE status = 'pending' AND available_at <= now() AND queue = %(queue)s);
+
+-- rate_window_starts --
+-- What a rate limit holds back now (jobs stats, GET /api/queues): for each rate-limited queue of %(queues)s, with its window of %(window_seconds)s, the starts its window holds (as throttle_state counts them for the claim; 0 for a queue never claimed). One primary-key lookup per queue; nothing is locked or written, so it never waits on a claim.
+SELECT q.queue, (
+    SELECT COALESCE(sum(w.n), 0)
+    FROM durable_jobs_throttle AS t, unnest(t.starts, t.counts) AS w(s, n)
+    WHERE t.queue = q.queue AND w.s > now() - make_interval(secs => q.seconds)
+)
+FROM unnest(%(queues)s::text[], %(window_seconds)s::float8[]) AS q(queue, seconds);
 
 -- record_starts --
 -- A rate-limited queue's claim, last statement: add this claim to the queue's window (its jobs' started_at, one instant for the whole claim, and how many) and forget the claims that left it. One entry per claim, and a claim less than %(merge_seconds)s after the window's last entry joins that entry, which takes the later instant: the row keeps a bounded number of entries (the window over merge_seconds) whatever the rate, and a merged start leaves the window late, never early, so the limit still holds.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -12,6 +13,8 @@ from django.test import Client, override_settings
 from django_durable_jobs.models import JobStatus, QueueState
 from django_durable_jobs.pausing import pause_queue, paused_queues
 from tests.factories import make_job
+
+from .test_held_back import LIMITED, hold_jobs_back
 
 pytestmark = pytest.mark.django_db
 
@@ -46,6 +49,22 @@ def test_the_list_shows_busy_declared_and_paused_queues(admin_client: Client) ->
     assert 'value="pause_queues"' in html and 'value="resume_queues"' in html
     paused = {row.name: row.is_paused for row in response.context["cl"].result_list}
     assert paused == {"emails": False, "parked": True, "throttled": False}
+
+
+def test_the_list_shows_what_limits_hold_back(admin_client: Client) -> None:
+    with override_settings(DURABLE_JOBS=LIMITED):
+        hold_jobs_back()
+        response = admin_client.get(QUEUES)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Held back</span>" in html
+    cells = dict(re.findall(r'/">([\w.-]+)</a></th>.*?"field-held_back_now">([^<]*)<', html))
+    assert cells == {
+        **dict.fromkeys(["both", "other", "roomy", "throttled"], "-"),
+        "narrow": "3 (concurrency)",
+        "parked": "3 (paused)",
+        "default": "2 (key)",
+    }
 
 
 def test_pause_resume_and_pause_briefly_actions(admin_client: Client) -> None:

@@ -10,11 +10,13 @@ from django.test import override_settings
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from django_durable_jobs.held_back import nothing_held
 from django_durable_jobs.models import JobStatus, QueueState
 from django_durable_jobs.pausing import pause_queue, paused_queues
 from tests.factories import make_job
 
 from .test_api import SLASHES, Api, assert_error, make_user
+from .test_held_back import HELD_BY_HOLD_JOBS_BACK, LIMITED, hold_jobs_back
 
 pytestmark = pytest.mark.django_db
 
@@ -53,6 +55,26 @@ def test_queues_lists_declared_busy_and_paused_queues(staff: Api, slash: str) ->
     assert queues["quiet"]["limits"] is None  # declared, without limits
     assert queues["parked"]["paused"] is True
     assert parse_datetime(queues["parked"]["paused_until"]) == until
+
+
+def test_queues_and_stats_show_limits_and_what_they_hold_back(staff: Api) -> None:
+    with override_settings(DURABLE_JOBS=LIMITED):
+        hold_jobs_back()
+        queues = by_name(staff.get("/api/queues").json())
+        stats = staff.get("/api/jobs/stats").json()["queues"]
+        paused = staff.post("/api/queues/parked/pause").json()
+    for name, held in HELD_BY_HOLD_JOBS_BACK.items():
+        assert queues[name]["held_back"] == held, name
+        assert stats[name]["held_back"] == held, name
+    assert paused["held_back"] == HELD_BY_HOLD_JOBS_BACK["parked"]
+    # Queues without limits, holding nothing back: limits null, every count 0.
+    for entry in (queues["other"], stats["other"], queues["throttled"]):
+        assert entry["held_back"] == nothing_held()
+    assert queues["other"]["limits"] is None and stats["other"]["limits"] is None
+    assert stats["default"]["limits"] is None
+    assert stats["narrow"]["limits"] == {"rate_limit": None, "concurrency": 2}
+    assert queues["throttled"]["limits"] == {"rate_limit": "2/m", "concurrency": None}
+    assert "throttled" not in stats  # holds no job: listed by /api/queues only
 
 
 @SLASHES

@@ -62,3 +62,15 @@ def test_request_and_response_bodies_are_described(schema: dict[str, Any]) -> No
     assert {"name", "last_tick", "last_job_id", "last_job_status", "next_tick"} <= set(
         schedule["properties"]
     )
+
+
+def test_each_queue_s_limits_and_held_back_jobs_are_described(schema: dict[str, Any]) -> None:
+    components = schema["components"]["schemas"]
+    held = components["HeldBack"]
+    assert held["required"] == ["concurrency", "key", "paused", "rate_limit"]
+    assert {field["type"] for field in held["properties"].values()} == {"integer"}
+    for name in ("Queue", "QueueStats"):
+        queue = components[name]["properties"]
+        assert queue["held_back"]["allOf"] == [{"$ref": "#/components/schemas/HeldBack"}], name
+        assert queue["limits"]["allOf"] == [{"$ref": "#/components/schemas/QueueLimits"}], name
+        assert queue["limits"]["nullable"] is True, name

@@ -8,17 +8,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.db import connection
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs.constants import (
     CLAIM_INDEX,
     CLAIM_QUEUE_INDEX,
+    KEY_PENDING_INDEX,
+    KEY_RUNNING_INDEX,
     LEASE_INDEX,
     QUEUE_INDEX,
     STATUS_INDEX,
 )
+from django_durable_jobs.held_back import held_back
+from django_durable_jobs.pausing import pause_queue
 from django_durable_jobs.sql import QUERIES
 
 pytestmark = pytest.mark.django_db
@@ -168,3 +175,60 @@ def test_reaper_and_listing_indexes_serve_their_queries(big_table: None) -> None
         {},
     )
     assert STATUS_INDEX in plan and "Seq Scan" not in plan, plan
+
+
+def test_what_is_held_back_is_counted_by_index_never_a_seq_scan(big_table: None) -> None:
+    with connection.cursor() as cursor:
+        # A keyed backlog: 40 keys of a type limited to 1, 20 of them busy.
+        cursor.execute(
+            """
+            INSERT INTO durable_jobs_job (
+                id, type, queue, payload, status, priority, attempts, max_attempts,
+                available_at, created_at, updated_at, last_error, errors,
+                lease_expires_at, concurrency_key
+            )
+            SELECT gen_random_uuid(), 'tests.serial', 'default', '{}',
+                   CASE WHEN i <= 20 THEN 'running' ELSE 'pending' END, 0, 0, 5,
+                   now() - interval '1 minute', now(), now(), '', '[]',
+                   CASE WHEN i <= 20 THEN now() + interval '30 seconds' END,
+                   'customer:' || (i % 40)
+            FROM generate_series(1, 2000) AS i
+            """
+        )
+        cursor.execute("ANALYZE durable_jobs_job")
+    pause_queue("default")
+    # emails is full (a third of the running jobs are its), reports is rate-limited:
+    # every query held_back() may run, runs.
+    queues = {"emails": {"concurrency": 1}, "reports": {"rate_limit": "5/s"}}
+    with (
+        override_settings(DURABLE_JOBS={"QUEUES": queues}),
+        CaptureQueriesContext(connection) as captured,
+    ):
+        held = held_back("default")
+    assert held["emails"]["concurrency"] == 2_000  # its third of the 6,000 runnable
+    assert held["default"]["paused"] == 2_000 + 1_980
+    statements = [q["sql"] for q in captured.captured_queries]
+    assert len(statements) == 5  # paused queues, running, rate windows, runnable, keys
+    plans = [explain(sql, {}) for sql in statements]
+    # The small tables (paused queues, throttle rows) may be read whole; the job table never.
+    assert not [plan for plan in plans if "durable_jobs_job" in seq_scanned(plan)], plans
+    (keys,) = [plan for sql, plan in zip(statements, plans, strict=True) if "busy" in sql]
+    assert KEY_PENDING_INDEX in keys, keys
+    assert KEY_RUNNING_INDEX in keys or LEASE_INDEX in keys, keys
+
+
+def seq_scanned(plan: str) -> set[str]:
+    """The tables an ``explain()`` plan reads with a sequential scan."""
+
+    def walk(node: dict[str, Any]) -> Iterator[str]:
+        if node.get("Node Type") == "Seq Scan":
+            yield node["Relation Name"]
+        for child in node.get("Plans", []):
+            yield from walk(child)
+
+    return {table for root in json.loads(plan) for table in walk(root["Plan"])}
+
+
+def test_seq_scanned_finds_a_sequential_scan(big_table: None) -> None:
+    plan = explain("SELECT count(*) FROM durable_jobs_job WHERE last_error = 'x'", {})
+    assert seq_scanned(plan) == {"durable_jobs_job"}

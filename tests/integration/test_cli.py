@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import timedelta
 from io import StringIO
@@ -11,12 +12,16 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import override_settings
 from django.utils import timezone
 
+from django_durable_jobs.held_back import nothing_held
 from django_durable_jobs.management.commands import jobs as jobs_command
 from django_durable_jobs.models import Job, JobStatus, QueueState
 from django_durable_jobs.pausing import paused_queues
 from tests.factories import make_job
+
+from .test_held_back import HELD_BY_HOLD_JOBS_BACK, LIMITED, hold_jobs_back
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,6 +51,42 @@ def test_stats() -> None:
     assert data["queues"]["emails"]["dead"] == 1
     text = run("stats")
     assert "pending" in text and "emails" in text and "Total: 2" in text
+
+
+def test_stats_show_limits_and_what_they_hold_back() -> None:
+    with override_settings(DURABLE_JOBS=LIMITED):
+        hold_jobs_back()
+        data = run_json("stats")
+        text = run("stats")
+    queues = data["queues"]
+    for name, held in HELD_BY_HOLD_JOBS_BACK.items():
+        assert queues[name]["held_back"] == held, name
+    assert queues["other"]["held_back"] == nothing_held()
+    assert queues["narrow"]["limits"] == {"rate_limit": None, "concurrency": 2}
+    assert queues["other"]["limits"] is None
+    rows = {row["queue"]: row for row in read_table(text.split("\n\n")[-1])}
+    assert rows["narrow"]["limits"] == "concurrency 2"
+    assert rows["narrow"]["held back"] == "3 (concurrency)"
+    assert rows["parked"]["paused"] == "yes" and rows["parked"]["held back"] == "3 (paused)"
+    assert rows["default"]["held back"] == "2 (key)"
+    # No limit, nothing held: empty cells.
+    assert [rows["other"][c] for c in ("pending", "limits", "paused", "held back")] == [
+        "2",
+        "",
+        "",
+        "",
+    ]
+
+
+def read_table(text: str) -> list[dict[str, str]]:
+    """The rows of ``jobs_command.table``'s output, by column (cut where its dashes are)."""
+    header, dashes, *lines = text.splitlines()
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", dashes)]
+    names = [header[a:b].strip() for a, b in spans]
+    return [
+        {name: line[a:b].strip() for name, (a, b) in zip(names, spans, strict=True)}
+        for line in lines
+    ]
 
 
 def test_list_newest_first_with_filters_and_limit() -> None:

@@ -7,13 +7,16 @@ from django.test import override_settings
 
 from django_durable_jobs.checks import check_queue_limits
 from django_durable_jobs.flow import (
+    THROTTLE_REASONS,
     FlowError,
     QueueLimits,
     RateLimit,
+    describe_limits,
     parse_queues,
     parse_rate_limit,
     queue_limits,
 )
+from django_durable_jobs.held_back import HELD_BACK_REASONS, describe_held_back, nothing_held
 
 
 @pytest.mark.parametrize(
@@ -71,3 +74,18 @@ def test_the_system_check_reports_a_bad_entry_as_e008() -> None:
 def test_queue_limits_lists_only_the_limited_queues() -> None:
     with override_settings(DURABLE_JOBS={"QUEUES": {"emails": {"concurrency": 1}, "plain": {}}}):
         assert queue_limits() == {"emails": QueueLimits(None, 1)}
+
+
+def test_describe_limits_for_people() -> None:
+    assert describe_limits(None) == ""
+    assert describe_limits(QueueLimits(concurrency=4).as_dict()) == "concurrency 4"
+    both = QueueLimits(rate_limit=RateLimit(10, 1.0), concurrency=4)
+    assert describe_limits(both.as_dict()) == "rate_limit 10/s, concurrency 4"
+
+
+def test_held_back_counts_every_throttle_reason_and_nothing_else() -> None:
+    # The API's held_back object and the metric's reason label name the same things.
+    assert sorted(HELD_BACK_REASONS) == sorted(THROTTLE_REASONS)
+    assert list(nothing_held()) == ["paused", "concurrency", "rate_limit", "key"]
+    assert describe_held_back(nothing_held()) == ""
+    assert describe_held_back({**nothing_held(), "concurrency": 12}) == "12 (concurrency)"

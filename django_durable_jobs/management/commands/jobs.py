@@ -24,6 +24,8 @@ from ... import operations, pausing, pruning
 from ...api.stats import job_stats, queue_overview
 from ...durations import format_duration, parse_duration
 from ...exceptions import InvalidPause
+from ...flow import describe_limits
+from ...held_back import describe_held_back
 from ...models import Job, JobStatus, QueueState
 from ...schedules.overview import schedule_overview
 
@@ -148,7 +150,11 @@ class Command(BaseCommand):
             command.add_argument("--json", action="store_true", help="Print JSON for scripts.")
             return command
 
-        add("stats", "Job counts by status and by queue, and the oldest pending job's wait.")
+        add(
+            "stats",
+            "Job counts by status and by queue, the oldest pending job's wait, and each "
+            "queue's limits, pause and the runnable jobs they hold back.",
+        )
 
         listing = add("list", "List jobs, newest first.")
         listing.add_argument("--status", help="Only jobs in this status (pending, running, ...).")
@@ -238,10 +244,17 @@ class Command(BaseCommand):
         statuses = table(stats["statuses"].items(), ("status", "jobs"))
         queues = table(
             (
-                [queue, *(entry[s] for s in JobStatus.values), entry["total"], _paused_text(entry)]
+                [
+                    queue,
+                    *(entry[s] for s in JobStatus.values),
+                    entry["total"],
+                    describe_limits(entry["limits"]),
+                    _paused_text(entry),
+                    describe_held_back(entry["held_back"]),
+                ]
                 for queue, entry in stats["queues"].items()
             ),
-            ("queue", *JobStatus.values, "total", "paused"),
+            ("queue", *JobStatus.values, "total", "limits", "paused", "held back"),
         )
         oldest = stats["oldest_pending_age_seconds"]
         text = (
