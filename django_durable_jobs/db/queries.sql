@@ -108,7 +108,7 @@ SELECT count(*), now()
 FROM inserted CROSS JOIN notified;
 
 -- _claimed --
--- The claim queries' end (a fragment, see queries.py): after a CTE `candidates` of the ids to claim, mark them running, count the attempt, take a lease with a fresh token, and return the jobs in claim order. statement_timestamp(), not now(): a limited queue's claim runs in a transaction whose first statement took a lock, and its jobs start when this statement runs, after it counted the running ones (the same instant as now() for a claim on its own).
+-- The claim queries' end (a fragment, see queries.py): after a CTE `candidates` of the ids to claim, mark them running (unless their queue is paused now), count the attempt, take a lease with a fresh token, and return the jobs in claim order. statement_timestamp(), not now(): a limited queue's claim runs in a transaction whose first statement took a lock, and its jobs start when this statement runs, after it counted the running ones (the same instant as now() for a claim on its own).
 claimed AS (
     UPDATE durable_jobs_job AS job
     SET status = 'running',
@@ -121,6 +121,13 @@ claimed AS (
         lease_token = gen_random_uuid()
     FROM candidates
     WHERE job.id = candidates.id
+        -- A pause committed after this worker last read the paused queues
+        -- (its claims leave those out already): its jobs stay pending. Read
+        -- once per statement, from a table of a few rows.
+        AND job.queue <> ALL (ARRAY(
+            SELECT name FROM durable_jobs_queue
+            WHERE paused_at IS NOT NULL AND (paused_until IS NULL OR paused_until > now())
+        ))
     RETURNING job.id, job.type, job.queue, job.payload, job.attempts, job.max_attempts,
         job.lease_token, job.available_at, job.started_at, job.idempotency_key, job.timeout,
         job.priority, job.created_at

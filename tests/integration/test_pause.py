@@ -274,3 +274,17 @@ def test_an_idle_worker_does_not_spin_on_a_paused_queues_runnable_jobs() -> None
             worker.stop()
     # About one claim per poll interval (0.25 s): never a busy loop.
     assert len(calls) < 12, len(calls)
+
+
+def test_a_claim_that_has_not_heard_of_a_pause_still_leaves_the_paused_queue_alone() -> None:
+    # The worker read the paused queues (none), then a pause and a job
+    # committed before its claim ran: the claim itself leaves the queue out.
+    pause_queue("emails")
+    held = make_job(queue="emails")
+    other = make_job(queue="default")
+    claimed = db.claim("default", worker_id="stale", lease_seconds=30, limit=10, excluded=())
+    assert [job.id for job in claimed] == [other.id]
+    assert status(held) == JobStatus.PENDING
+    resume_queue("emails")
+    again = db.claim("default", worker_id="stale", lease_seconds=30, limit=10, excluded=())
+    assert [job.id for job in again] == [held.id]
