@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import db
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task
 
-__all__ = ["TASKS_AVAILABLE", "announce_finished", "run_task", "task_handler"]
+__all__ = ["TASKS_AVAILABLE", "announce_finished", "durable_backends", "run_task", "task_handler"]
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -67,16 +67,24 @@ def task_handler(type_name: str, payload: Any) -> Handler | None:
     return Handler(type_name, functools.partial(run_task, task, backend))
 
 
-def _backend_in_use() -> bool:
-    """Whether any ``TASKS`` entry is a ``DurableJobsBackend`` (else no row can be a task)."""
+def durable_backends() -> Iterator[BaseTaskBackend]:
+    """The ``TASKS`` backends that are ``DurableJobsBackend``s, in settings order."""
     from django.tasks import task_backends
 
     from .backend import DurableJobsBackend
 
     try:
-        return any(isinstance(backend, DurableJobsBackend) for backend in task_backends.all())
+        backends = task_backends.all()
     except Exception:  # a misconfigured TASKS: its check reports it
-        return False
+        return
+    for backend in backends:
+        if isinstance(backend, DurableJobsBackend):
+            yield backend
+
+
+def _backend_in_use() -> bool:
+    """Whether any ``TASKS`` entry is a ``DurableJobsBackend`` (else no row can be a task)."""
+    return any(True for _ in durable_backends())
 
 
 def _durable_backend(alias: str) -> BaseTaskBackend | None:
