@@ -5,7 +5,7 @@ from django.utils.module_loading import autodiscover_modules
 from django.utils.translation import gettext_lazy as _
 
 from . import hooks
-from .tasks import TASKS_AVAILABLE, bridge, limits
+from .tasks import TASKS_AVAILABLE, bridge
 
 
 class DurableJobsConfig(AppConfig):
@@ -26,4 +26,4 @@ class DurableJobsConfig(AppConfig):
         if TASKS_AVAILABLE:
             hooks.add_handler_resolver(bridge.task_handler)
             hooks.add_finished_listener(bridge.announce_finished)
-            hooks.add_concurrency_limits(limits.task_concurrency_limits)
+            hooks.add_concurrency_limits(bridge.task_concurrency_limits)

@@ -3,17 +3,18 @@
 Built on the core, never imported by it: the core calls the extension
 points of ``django_durable_jobs.hooks``, and ``AppConfig.ready()`` plugs
 this package into them (the bridge's ``task_handler`` as a handler
-resolver, its ``announce_finished`` as a finished listener, ``limits``'
+resolver, its ``announce_finished`` as a finished listener, its
 ``task_concurrency_limits`` as a concurrency limits provider). Five
 modules:
 
 - ``backend``: ``DurableJobsBackend``, the ``BaseTaskBackend`` that
   enqueues a ``@task`` as a job (users name it by its public path,
   ``django_durable_jobs.backends.DurableJobsBackend``);
-- ``bridge``: the worker's side, running such a job as its task and
-  sending ``task_finished`` for endings the task's function never sees;
-- ``limits``: the tasks' per-key limits, ``OPTIONS["concurrency_limits"]``
-  (their check and the worker's view of them);
+- ``bridge``: the worker's side, running such a job as its task,
+  sending ``task_finished`` for endings the task's function never sees and
+  telling the worker the tasks' per-key limits;
+- ``limits``: how ``OPTIONS["concurrency_limits"]``, the tasks' per-key
+  limits, reads (for the backend's check and the bridge);
 - ``options``: ``task_options()``, the per-call extras (idempotency key,
   retry budget, time limit, concurrency key) Django's ``enqueue()`` has no
   argument for;

@@ -18,6 +18,7 @@ from typing import Any
 from django.apps import apps
 from django.core import checks
 from django.db import transaction
+from django.tasks import task_backends
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskResult
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -218,10 +219,20 @@ class DurableJobsBackend(BaseTaskBackend):
                     id="durable_jobs.E106",
                 )
         if limits.OPTION in self.options:
-            for problem in limits.problems(self):
+            for problem in limits.problems(self, self._durable_backends_before()):
                 yield checks.Error(
                     limits.describe(self.alias, problem), hint=E107_HINT, id="durable_jobs.E107"
                 )
+
+    def _durable_backends_before(self) -> list[BaseTaskBackend]:
+        """The ``DurableJobsBackend``s declared before this one in ``TASKS``."""
+        before: list[BaseTaskBackend] = []
+        for backend in task_backends.all():
+            if backend.alias == self.alias:
+                break
+            if isinstance(backend, DurableJobsBackend):
+                before.append(backend)
+        return before
 
     def _check_importable(self, task: Task[Any, Any]) -> None:
         # The worker finds the task by importing its module path: a Task

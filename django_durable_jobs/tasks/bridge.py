@@ -35,13 +35,20 @@ from .. import db
 from ..context import JobContext
 from ..exceptions import Discard
 from ..registry import Handler, registry
-from . import TASKS_AVAILABLE
+from . import TASKS_AVAILABLE, limits
 
 if TYPE_CHECKING:
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task
 
-__all__ = ["TASKS_AVAILABLE", "announce_finished", "durable_backends", "run_task", "task_handler"]
+__all__ = [
+    "TASKS_AVAILABLE",
+    "announce_finished",
+    "durable_backends",
+    "run_task",
+    "task_concurrency_limits",
+    "task_handler",
+]
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -80,6 +87,26 @@ def durable_backends() -> Iterator[BaseTaskBackend]:
     for backend in backends:
         if isinstance(backend, DurableJobsBackend):
             yield backend
+
+
+def task_concurrency_limits() -> dict[str, int]:
+    """``{task path: limit}`` over every ``DurableJobsBackend``: the worker's limits provider.
+
+    From each backend's ``OPTIONS["concurrency_limits"]`` (``limits.py``).
+    Invalid entries are logged at ERROR and left out (a worker does not run
+    Django's Tasks checks, so it says so itself); a task two backends limit
+    differently gets the smaller limit. ``{}`` on Django 5.2.
+    """
+    if not TASKS_AVAILABLE:
+        return {}
+    merged: dict[str, int] = {}
+    for backend in durable_backends():
+        found, wrong = limits.declared(backend.options)
+        for problem in wrong:
+            logger.error("%s The entry is ignored.", limits.describe(backend.alias, problem))
+        for path, limit in found.items():
+            merged[path] = min(limit, merged.get(path, limit))
+    return merged
 
 
 def _backend_in_use() -> bool:

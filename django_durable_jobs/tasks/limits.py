@@ -16,35 +16,30 @@ get::
 most that many of the task's jobs sharing a key run at once, over every
 worker, enforced by the same keyed claim as ``@job(concurrency_limit=N)``.
 
-Two readers: the backend's system check (``durable_jobs.E107``, with
-``problems()``) and the worker (``task_concurrency_limits``, the provider
-``AppConfig.ready()`` registers in ``hooks``). Importable
-on Django 5.2 (``django.tasks`` is imported inside the functions), where
-the provider answers ``{}``.
+How the option reads, for its two readers: the backend's system check
+(``durable_jobs.E107``, ``problems()``) and the worker
+(``bridge.task_concurrency_limits``, ``declared()``). It imports
+neither (they import it), and ``django.tasks`` only inside ``problems``,
+so it loads on Django 5.2 too.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..constants import CONCURRENCY_LIMIT_MAX
 from ..exceptions import InvalidJob
 from ..names import validate_type
 from ..validation import validate_concurrency_limit
-from . import TASKS_AVAILABLE
-from .bridge import durable_backends
 
 if TYPE_CHECKING:
     from django.tasks.backends.base import BaseTaskBackend
 
-__all__ = ["OPTION", "describe", "problems", "read_limits", "task_concurrency_limits"]
+__all__ = ["OPTION", "Problem", "declared", "describe", "problems", "read_limits"]
 
 #: The key in a ``DurableJobsBackend``'s ``OPTIONS``.
 OPTION = "concurrency_limits"
-
-logger = logging.getLogger("django_durable_jobs.worker")
 
 #: (the entry's key, or ``None`` for the value as a whole; what is wrong)
 Problem = tuple[object | None, str]
@@ -83,14 +78,15 @@ def read_limits(value: Any) -> tuple[dict[str, int], list[Problem]]:
     return limits, wrong
 
 
-def problems(backend: BaseTaskBackend) -> list[Problem]:
+def problems(backend: BaseTaskBackend, earlier: Iterable[BaseTaskBackend]) -> list[Problem]:
     """What ``durable_jobs.E107`` reports for ``backend`` (which has the option).
 
     Beyond the shape: each path must import as a ``Task`` (a typo would
-    leave the task unlimited, silently), and another ``DurableJobsBackend``
-    declared before this one in ``TASKS`` must not give the same task
-    another limit (its jobs share one limit whichever backend enqueued
-    them; the worker would take the smaller).
+    leave the task unlimited, silently), and none of the ``earlier``
+    ``DurableJobsBackend``s (those before it in ``TASKS``) may give the same
+    task another limit (its jobs share one limit whichever backend enqueued
+    them; the worker would take the smaller). Each disagreement is so
+    reported once, on the later backend.
     """
     from django.tasks.base import Task
     from django.utils.module_loading import import_string
@@ -104,44 +100,22 @@ def problems(backend: BaseTaskBackend) -> list[Problem]:
             continue
         if not isinstance(found, Task):
             wrong.append((path, f"names a {type(found).__name__}, not a Django task"))
-    for other in durable_backends():
-        if other.alias == backend.alias:
-            break
-        earlier = _declared(other)
+    for other in earlier:
+        theirs = declared(other.options)[0]
         for path, limit in limits.items():
-            if path in earlier and earlier[path] != limit:
+            if path in theirs and theirs[path] != limit:
                 wrong.append(
                     (
                         path,
-                        f"is {limit} here but {earlier[path]} in TASKS[{other.alias!r}]: a "
+                        f"is {limit} here but {theirs[path]} in TASKS[{other.alias!r}]: a "
                         "task's jobs share one limit whichever backend enqueued them",
                     )
                 )
     return wrong
 
 
-def task_concurrency_limits() -> dict[str, int]:
-    """``{task path: limit}`` over every ``DurableJobsBackend``: the worker's provider.
-
-    Invalid entries are logged at ERROR and left out (a worker does not run
-    Django's Tasks checks, so it says so itself); a task two backends limit
-    differently gets the smaller limit. ``{}`` on Django 5.2.
-    """
-    if not TASKS_AVAILABLE:
-        return {}
-    merged: dict[str, int] = {}
-    for backend in durable_backends():
-        for path, limit in _declared(backend, log=True).items():
-            merged[path] = min(limit, merged.get(path, limit))
-    return merged
-
-
-def _declared(backend: BaseTaskBackend, *, log: bool = False) -> dict[str, int]:
-    options = backend.options
+def declared(options: Any) -> tuple[dict[str, int], list[Problem]]:
+    """``read_limits`` of a backend's ``OPTIONS`` (nothing when it has no such option)."""
     if not isinstance(options, Mapping) or OPTION not in options:
-        return {}
-    limits, wrong = read_limits(options[OPTION])
-    if log:
-        for problem in wrong:
-            logger.error("%s The entry is ignored.", describe(backend.alias, problem))
-    return limits
+        return {}, []
+    return read_limits(options[OPTION])

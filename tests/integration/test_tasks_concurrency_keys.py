@@ -23,7 +23,7 @@ from django.test import override_settings
 from django_durable_jobs import IdempotencyConflict, InvalidJob, db, hooks
 from django_durable_jobs.backends import task_options
 from django_durable_jobs.models import Job, JobStatus
-from django_durable_jobs.tasks.limits import task_concurrency_limits
+from django_durable_jobs.tasks.bridge import task_concurrency_limits
 from tests.testapp import tasks
 
 from .test_concurrency_keys import drain_with

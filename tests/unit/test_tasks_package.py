@@ -16,7 +16,7 @@ import pytest
 
 import django_durable_jobs
 from django_durable_jobs import hooks
-from django_durable_jobs.tasks import TASKS_AVAILABLE, bridge, limits
+from django_durable_jobs.tasks import TASKS_AVAILABLE, bridge
 
 needs_django_6 = pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks needs Django 6")
 needs_django_5 = pytest.mark.skipif(django.VERSION >= (6, 0), reason="Django < 6 behaviour")
@@ -81,7 +81,7 @@ def test_the_public_backends_path_is_the_backend_class() -> None:
 def test_ready_plugs_the_bridge_into_the_hooks() -> None:
     assert bridge.task_handler in hooks._resolvers
     assert bridge.announce_finished in hooks._finished_listeners
-    assert limits.task_concurrency_limits in hooks._limits_providers
+    assert bridge.task_concurrency_limits in hooks._limits_providers
 
 
 @needs_django_5
@@ -89,8 +89,8 @@ def test_without_django_tasks_nothing_is_plugged_in() -> None:
     assert not TASKS_AVAILABLE
     assert bridge.task_handler not in hooks._resolvers
     assert bridge.announce_finished not in hooks._finished_listeners
-    assert limits.task_concurrency_limits not in hooks._limits_providers
-    assert limits.task_concurrency_limits() == {}
+    assert bridge.task_concurrency_limits not in hooks._limits_providers
+    assert bridge.task_concurrency_limits() == {}
 
 
 def _imported_modules(path: Path) -> set[str]:
