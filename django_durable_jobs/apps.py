@@ -26,3 +26,4 @@ class DurableJobsConfig(AppConfig):
         if TASKS_AVAILABLE:
             hooks.add_handler_resolver(bridge.task_handler)
             hooks.add_finished_listener(bridge.announce_finished)
+            hooks.add_concurrency_limits(bridge.task_concurrency_limits)

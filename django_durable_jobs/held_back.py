@@ -10,7 +10,8 @@ A runnable ``pending`` job is held back when no worker may claim it now:
 - ``rate_limit``: its queue's rate window is full (as many starts in the
   last window as the limit allows);
 - ``key``: its (type, ``concurrency_key``) already runs its type's
-  ``concurrency_limit`` (the types of this process's registry).
+  ``concurrency_limit`` (those this process knows: ``hooks.concurrency_limits()``, the
+  ``@job`` limits and the Django Tasks backends' ``concurrency_limits``).
 
 The reasons are those of ``durable_jobs_throttled_total``. Each job counts
 once, under the first reason that applies in that order, the claim's: a
@@ -32,9 +33,8 @@ from collections.abc import Collection, Mapping
 from django.db.models import Count
 from django.db.models.functions import Now
 
-from . import db
+from . import db, hooks
 from .flow import QueueLimits, queue_limits
-from .handlers import registry
 from .models import Job, QueueState
 
 #: ``flow.THROTTLE_REASONS``, in the order a job is counted under the first that applies.
@@ -75,7 +75,7 @@ def held_back(using: str, paused: Collection[str] | None = None) -> dict[str, di
         )
         for queue, count in runnable:
             held.setdefault(queue, nothing_held())[reasons[queue]] = count
-    key_limits = registry.concurrency_limits()
+    key_limits = hooks.concurrency_limits()
     if key_limits:
         for queue, count in db.jobs_held_by_keys(using, key_limits).items():
             if queue not in reasons:  # already counted, whole, under its queue's reason

@@ -2,7 +2,8 @@
 
 The core (enqueue, the worker, the operations) knows nothing of the
 integrations built on it: the Django Tasks backend (``tasks/``) registers
-its resolver and its listener here from ``AppConfig.ready()``. Two hooks:
+its resolver, its listener and its limits here from ``AppConfig.ready()``.
+Three hooks:
 
 - a *handler resolver* answers, for a job type no ``@job`` declares, with a
   ``Handler`` that runs it (or ``None``): a Django ``@task`` enqueued by our
@@ -10,7 +11,11 @@ its resolver and its listener here from ``AppConfig.ready()``. Two hooks:
 - a *finished listener* hears of jobs that reached a final state without
   their handler's own return path saying so: cancelled, reaped ``dead``, or
   ``dead`` at the time limit of their last attempt. It is called after the
-  state change committed, and must not raise (its errors are logged).
+  state change committed, and must not raise (its errors are logged);
+- a *concurrency limits provider* answers ``{type: concurrency_limit}`` for
+  types declared elsewhere than ``@job``: a Django task's limit in its
+  backend's ``OPTIONS``. The worker reads ``concurrency_limits()`` (these
+  merged with the ``@job`` ones) when it starts.
 
 Registration is idempotent (a function registered twice runs once), so a
 ``ready()`` that runs twice in tests does no harm.
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,9 +35,11 @@ logger = logging.getLogger("django_durable_jobs")
 
 HandlerResolver = Callable[[str, Any], "Handler | None"]
 FinishedListener = Callable[[Collection[uuid.UUID], str], None]
+LimitsProvider = Callable[[], Mapping[str, int]]
 
 _resolvers: list[HandlerResolver] = []
 _finished_listeners: list[FinishedListener] = []
+_limits_providers: list[LimitsProvider] = []
 
 
 def add_handler_resolver(resolver: HandlerResolver) -> None:
@@ -45,6 +52,12 @@ def add_finished_listener(listener: FinishedListener) -> None:
     """Tell ``listener(job_ids, alias)`` of jobs finished without their handler."""
     if listener not in _finished_listeners:
         _finished_listeners.append(listener)
+
+
+def add_concurrency_limits(provider: LimitsProvider) -> None:
+    """Ask ``provider()`` for ``{type: concurrency_limit}`` of types no ``@job`` declares."""
+    if provider not in _limits_providers:
+        _limits_providers.append(provider)
 
 
 def resolve_handler(type_name: str, payload: Any) -> Handler | None:
@@ -65,3 +78,24 @@ def jobs_finished(job_ids: Collection[uuid.UUID], alias: str) -> None:
             listener(job_ids, alias)
         except Exception:
             logger.exception("Finished listener %r failed for %s job(s)", listener, len(job_ids))
+
+
+def concurrency_limits() -> dict[str, int]:
+    """``{type: concurrency_limit}``: the providers' merged with the ``@job`` handlers'.
+
+    A type a ``@job`` declares is run by that handler (the executor asks
+    the registry before the resolvers), so its ``concurrency_limit`` is the
+    one that holds, whatever a provider says. A provider that raises is
+    logged and left out: the worker still starts, and says why a limit is
+    missing.
+    """
+    from .handlers import registry
+
+    merged: dict[str, int] = {}
+    for provider in _limits_providers:
+        try:
+            merged.update(provider())
+        except Exception:
+            logger.exception("Concurrency limits provider %r failed", provider)
+    merged.update(registry.concurrency_limits())
+    return merged

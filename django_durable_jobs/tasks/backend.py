@@ -18,6 +18,7 @@ from typing import Any
 from django.apps import apps
 from django.core import checks
 from django.db import transaction
+from django.tasks import task_backends
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskResult
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -30,6 +31,7 @@ from ..enqueueing import enqueue
 from ..exceptions import InvalidJob
 from ..models import Job
 from ..validation import validate_max_attempts, validate_queue, validate_timeout, validate_type
+from . import limits
 from .options import current_task_options
 from .results import (
     NotRoundTrippable,
@@ -41,7 +43,7 @@ from .results import (
 )
 
 #: The keys ``OPTIONS`` accepts.
-OPTION_KEYS = frozenset({"max_attempts", "timeout"})
+OPTION_KEYS = frozenset({"max_attempts", "timeout", limits.OPTION})
 
 E101 = "TASKS[{alias!r}]['QUEUES'] holds an invalid queue name: {name!r}."
 E101_HINT = (
@@ -57,6 +59,10 @@ E106 = (
     "TASKS[{alias!r}]['OPTIONS']['timeout'] must be a positive number of seconds or a "
     "timedelta, got {value!r}."
 )
+E107_HINT = (
+    "Map each task's module path (its jobs' type, e.g. 'myapp.tasks.sync_customer') to "
+    "the most of its jobs sharing one concurrency key that may run at once."
+)
 E105 = (
     "TASKS[{alias!r}] uses DurableJobsBackend, but 'django_durable_jobs' is not in INSTALLED_APPS."
 )
@@ -68,8 +74,10 @@ class DurableJobsBackend(BaseTaskBackend):
     ``OPTIONS``: ``{"max_attempts": n}``, how many times a task runs before
     it is ``FAILED`` (default: ``DURABLE_JOBS["DEFAULT_MAX_ATTEMPTS"]``);
     ``{"timeout": seconds}``, each attempt's time limit (default:
-    ``DURABLE_JOBS["TIMEOUT_SECONDS"]``). Per call,
-    ``task_options(idempotency_key=..., max_attempts=..., timeout=...)``.
+    ``DURABLE_JOBS["TIMEOUT_SECONDS"]``); ``{"concurrency_limits": {path: n}}``,
+    at most ``n`` jobs of the task ``path`` sharing one concurrency key run
+    at once (``limits.py``). Per call, ``task_options(idempotency_key=...,
+    max_attempts=..., timeout=..., concurrency_key=...)``.
     """
 
     supports_defer = True
@@ -130,6 +138,7 @@ class DurableJobsBackend(BaseTaskBackend):
             ),
             run_at=task.run_after,
             timeout=options.timeout if options.timeout is not None else self.options.get("timeout"),
+            concurrency_key=options.concurrency_key,
             using=alias,
         )
         result = build_result(enqueued.job, task, self.alias)
@@ -158,7 +167,7 @@ class DurableJobsBackend(BaseTaskBackend):
         return build_result(job, task, self.alias)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """E101-E106: queue names, ``OPTIONS`` and the app being installed."""
+        """E101-E107: queue names, ``OPTIONS`` and the app being installed."""
         return [*super().check(**kwargs), *self._own_checks()]
 
     def _own_checks(self) -> Iterator[checks.CheckMessage]:
@@ -209,6 +218,21 @@ class DurableJobsBackend(BaseTaskBackend):
                     E106.format(alias=self.alias, value=self.options["timeout"]),
                     id="durable_jobs.E106",
                 )
+        if limits.OPTION in self.options:
+            for problem in limits.problems(self, self._durable_backends_before()):
+                yield checks.Error(
+                    limits.describe(self.alias, problem), hint=E107_HINT, id="durable_jobs.E107"
+                )
+
+    def _durable_backends_before(self) -> list[BaseTaskBackend]:
+        """The ``DurableJobsBackend``s declared before this one in ``TASKS``."""
+        before: list[BaseTaskBackend] = []
+        for backend in task_backends.all():
+            if backend.alias == self.alias:
+                break
+            if isinstance(backend, DurableJobsBackend):
+                before.append(backend)
+        return before
 
     def _check_importable(self, task: Task[Any, Any]) -> None:
         # The worker finds the task by importing its module path: a Task

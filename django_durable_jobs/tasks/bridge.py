@@ -28,20 +28,27 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import db
 from ..context import JobContext
 from ..exceptions import Discard
 from ..registry import Handler, registry
-from . import TASKS_AVAILABLE
+from . import TASKS_AVAILABLE, limits
 
 if TYPE_CHECKING:
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task
 
-__all__ = ["TASKS_AVAILABLE", "announce_finished", "run_task", "task_handler"]
+__all__ = [
+    "TASKS_AVAILABLE",
+    "announce_finished",
+    "durable_backends",
+    "run_task",
+    "task_concurrency_limits",
+    "task_handler",
+]
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -67,16 +74,44 @@ def task_handler(type_name: str, payload: Any) -> Handler | None:
     return Handler(type_name, functools.partial(run_task, task, backend))
 
 
-def _backend_in_use() -> bool:
-    """Whether any ``TASKS`` entry is a ``DurableJobsBackend`` (else no row can be a task)."""
+def durable_backends() -> Iterator[BaseTaskBackend]:
+    """The ``TASKS`` backends that are ``DurableJobsBackend``s, in settings order."""
     from django.tasks import task_backends
 
     from .backend import DurableJobsBackend
 
     try:
-        return any(isinstance(backend, DurableJobsBackend) for backend in task_backends.all())
+        backends = task_backends.all()
     except Exception:  # a misconfigured TASKS: its check reports it
-        return False
+        return
+    for backend in backends:
+        if isinstance(backend, DurableJobsBackend):
+            yield backend
+
+
+def task_concurrency_limits() -> dict[str, int]:
+    """``{task path: limit}`` over every ``DurableJobsBackend``: the worker's limits provider.
+
+    From each backend's ``OPTIONS["concurrency_limits"]`` (``limits.py``).
+    Invalid entries are logged at ERROR and left out (a worker does not run
+    Django's Tasks checks, so it says so itself); a task two backends limit
+    differently gets the smaller limit. ``{}`` on Django 5.2.
+    """
+    if not TASKS_AVAILABLE:
+        return {}
+    merged: dict[str, int] = {}
+    for backend in durable_backends():
+        found, wrong = limits.declared(backend.options)
+        for problem in wrong:
+            logger.error("%s The entry is ignored.", limits.describe(backend.alias, problem))
+        for path, limit in found.items():
+            merged[path] = min(limit, merged.get(path, limit))
+    return merged
+
+
+def _backend_in_use() -> bool:
+    """Whether any ``TASKS`` entry is a ``DurableJobsBackend`` (else no row can be a task)."""
+    return any(True for _ in durable_backends())
 
 
 def _durable_backend(alias: str) -> BaseTaskBackend | None:

@@ -1,11 +1,12 @@
 """Per-call extras for Django Tasks: ``with task_options(idempotency_key=...)``.
 
 Django's ``Task.enqueue(*args, **kwargs)`` passes every keyword argument to
-the task function, so our extras (an idempotency key, a retry budget)
-cannot travel as arguments (nor can a time limit). A context manager sets them in a context
-variable that ``DurableJobsBackend.enqueue`` reads: it works with Django's
-own API, in threads and under ``aenqueue`` (asgiref copies the context),
-and needs no Django 6 import, so this module loads on Django 5.2 too.
+the task function, so our extras (an idempotency key, a retry budget, a
+time limit, a concurrency key) cannot travel as arguments. A context
+manager sets them in a context variable that ``DurableJobsBackend.enqueue``
+reads: it works with Django's own API, in threads and under ``aenqueue``
+(asgiref copies the context), and needs no Django 6 import, so this module
+loads on Django 5.2 too.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
 
+from ..names import validate_concurrency_key
 from ..validation import validate_idempotency_key, validate_max_attempts, validate_timeout
 
 
@@ -26,6 +28,7 @@ class TaskOptions:
     idempotency_key: str | None = None
     max_attempts: int | None = None
     timeout: float | None = None
+    concurrency_key: str | None = None
 
 
 _NONE = TaskOptions()
@@ -38,8 +41,9 @@ def task_options(
     idempotency_key: str | None = None,
     max_attempts: int | None = None,
     timeout: float | timedelta | None = None,
+    concurrency_key: str | None = None,
 ) -> Iterator[TaskOptions]:
-    """Give the tasks enqueued inside this block an idempotency key, a retry budget, a time limit.
+    """Give the tasks enqueued inside this block an idempotency key, a retry budget, and so on.
 
     ``idempotency_key``: enqueueing again with the same key returns the
     existing task's result instead of a second job (one key names one
@@ -47,7 +51,11 @@ def task_options(
     times the task may run before it is ``FAILED``, overriding the
     backend's ``OPTIONS``. ``timeout``: each attempt's time limit in
     seconds (or a ``timedelta``), overriding ``OPTIONS["timeout"]`` and
-    ``DURABLE_JOBS["TIMEOUT_SECONDS"]``. Arguments are checked here, so a bad value
+    ``DURABLE_JOBS["TIMEOUT_SECONDS"]``. ``concurrency_key``: the job's
+    ``concurrency_key``; with the task's limit in the backend's
+    ``OPTIONS["concurrency_limits"]``, at most that many of its tasks sharing
+    the key run at once, over every worker (no limit: the key changes
+    nothing). Arguments are checked here, so a bad value
     fails at the ``with`` line. Blocks nest; the inner one wins for the
     options it sets.
     """
@@ -62,6 +70,11 @@ def task_options(
             outer.max_attempts if max_attempts is None else validate_max_attempts(max_attempts)
         ),
         timeout=outer.timeout if timeout is None else validate_timeout(timeout),
+        concurrency_key=(
+            outer.concurrency_key
+            if concurrency_key is None
+            else validate_concurrency_key(concurrency_key)
+        ),
     )
     token = _current.set(options)
     try:

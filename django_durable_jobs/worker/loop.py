@@ -41,7 +41,6 @@ from ..backoff import RetryPolicy
 from ..conf import jobs_settings
 from ..db.records import ClaimedJob, Outcome, Transition
 from ..durations import SecondsError, seconds
-from ..handlers import registry
 from .attempts import Attempt, AttemptTable, Clock, State
 from .completer import Completer
 from .executor import StopWorker, execute, internal_error
@@ -191,8 +190,9 @@ class Worker:
             if config.queues is None or queue in config.queues
         }
         self._throttled_until: dict[str, float] = {}
-        # Types whose jobs run at most concurrency_limit per concurrency key.
-        self._key_limits = registry.concurrency_limits()
+        # Types whose jobs run at most concurrency_limit per concurrency key:
+        # @job's, and those the integrations declare (a Django task's).
+        self._key_limits = hooks.concurrency_limits()
         self._keys_checked_at = 0.0
         self._idle_limited: set[str] = set()
         # The paused queues at the current claim (read by _claim).

@@ -81,6 +81,7 @@ def test_the_public_backends_path_is_the_backend_class() -> None:
 def test_ready_plugs_the_bridge_into_the_hooks() -> None:
     assert bridge.task_handler in hooks._resolvers
     assert bridge.announce_finished in hooks._finished_listeners
+    assert bridge.task_concurrency_limits in hooks._limits_providers
 
 
 @needs_django_5
@@ -88,6 +89,8 @@ def test_without_django_tasks_nothing_is_plugged_in() -> None:
     assert not TASKS_AVAILABLE
     assert bridge.task_handler not in hooks._resolvers
     assert bridge.announce_finished not in hooks._finished_listeners
+    assert bridge.task_concurrency_limits not in hooks._limits_providers
+    assert bridge.task_concurrency_limits() == {}
 
 
 def _imported_modules(path: Path) -> set[str]:
