@@ -123,8 +123,11 @@ claimed AS (
     WHERE job.id = candidates.id
         -- A pause committed after this worker last read the paused queues
         -- (its claims leave those out already): its jobs stay pending. Read
-        -- once per statement, from a table of a few rows.
-        AND job.queue <> ALL (ARRAY(
+        -- once per statement, from a table of a few rows. On candidates'
+        -- column, not job's: the planner, which cannot know the array, then
+        -- guesses few candidates and finds each by primary key (on job's, it
+        -- guessed one job row and scanned the whole table for it).
+        AND candidates.queue <> ALL (ARRAY(
             SELECT name FROM durable_jobs_queue
             WHERE paused_at IS NOT NULL AND (paused_until IS NULL OR paused_until > now())
         ))
@@ -144,7 +147,7 @@ ORDER BY priority DESC, available_at, created_at;
 WITH candidates AS MATERIALIZED (
     -- MATERIALIZED fences the planner: the LIMIT applies before the UPDATE,
     -- so no more than %(limit)s rows are ever claimed (Oban's note).
-    SELECT id
+    SELECT id, queue
     FROM durable_jobs_job
     WHERE status = 'pending' AND available_at <= now()
         -- Queues not claimed here: paused ones, and limited ones (claimed
@@ -161,7 +164,7 @@ WITH candidates AS MATERIALIZED (
 -- claim_jobs_in_queues --
 -- Claim up to %(limit)s runnable jobs from the given queues; otherwise the same as claim_jobs.
 WITH candidates AS MATERIALIZED (
-    SELECT id
+    SELECT id, queue
     FROM durable_jobs_job
     WHERE status = 'pending' AND available_at <= now() AND queue = ANY(%(queues)s::text[])
         AND NOT (queue = ANY(%(excluded)s::text[]))
@@ -179,10 +182,10 @@ WITH candidates AS MATERIALIZED (
     -- One index scan per queue (the LATERAL runs once for each (queue, limit)
     -- pair, each reading the claim-by-queue index in claim order); the
     -- fence keeps each LIMIT ahead of the UPDATE, as in claim_jobs.
-    SELECT picked.id
+    SELECT picked.id, picked.queue
     FROM unnest(%(queues)s::text[], %(limits)s::int[]) AS slot(queue, free)
     CROSS JOIN LATERAL (
-        SELECT id
+        SELECT id, queue
         FROM durable_jobs_job
         WHERE status = 'pending' AND available_at <= now() AND queue = slot.queue
             AND NOT (concurrency_key IS NOT NULL AND type = ANY(%(keyed_types)s::text[]))
@@ -360,7 +363,7 @@ wanted AS (
     WHERE w.rank <= room.free
 ),
 candidates AS MATERIALIZED (
-    SELECT job.id
+    SELECT job.id, job.queue
     FROM durable_jobs_job AS job
     WHERE job.id IN (SELECT id FROM wanted)
         AND job.status = 'pending' AND job.available_at <= now()

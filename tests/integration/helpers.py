@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import psycopg
@@ -70,3 +71,15 @@ def wait_for_lock_waiters(count: int = 1, timeout: float = WAIT_SECONDS) -> None
             return bool(row[0] >= count)
 
         wait_until(waiting, timeout, f"{count} session(s) to wait on a lock")
+
+
+def seq_scanned(plan: str) -> set[str]:
+    """The tables an ``explain()`` plan reads with a sequential scan."""
+
+    def walk(node: dict[str, Any]) -> Iterator[str]:
+        if node.get("Node Type") == "Seq Scan":
+            yield node["Relation Name"]
+        for child in node.get("Plans", []):
+            yield from walk(child)
+
+    return {table for root in json.loads(plan) for table in walk(root["Plan"])}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from django.db import connection
@@ -27,6 +26,8 @@ from django_durable_jobs.constants import (
 from django_durable_jobs.held_back import held_back
 from django_durable_jobs.pausing import pause_queue
 from django_durable_jobs.sql import QUERIES
+
+from .helpers import seq_scanned
 
 pytestmark = pytest.mark.django_db
 
@@ -226,18 +227,6 @@ def test_what_is_held_back_is_counted_by_index_never_a_seq_scan(big_table: None)
     (keys,) = [plan for sql, plan in zip(statements, plans, strict=True) if "busy" in sql]
     assert KEY_PENDING_INDEX in keys, keys
     assert KEY_RUNNING_INDEX in keys or LEASE_INDEX in keys, keys
-
-
-def seq_scanned(plan: str) -> set[str]:
-    """The tables an ``explain()`` plan reads with a sequential scan."""
-
-    def walk(node: dict[str, Any]) -> Iterator[str]:
-        if node.get("Node Type") == "Seq Scan":
-            yield node["Relation Name"]
-        for child in node.get("Plans", []):
-            yield from walk(child)
-
-    return {table for root in json.loads(plan) for table in walk(root["Plan"])}
 
 
 def test_seq_scanned_finds_a_sequential_scan(big_table: None) -> None:
