@@ -112,7 +112,7 @@ def worker_env(url: str) -> dict[str, str]:
         DATABASE_URL=url,
         DJANGO_SETTINGS_MODULE="bench_settings",
         DJANGO_DEBUG="0",
-        PYTHONPATH=os.pathsep.join([str(BENCH_DIR), str(ROOT / "example_project")]),
+        PYTHONPATH=os.pathsep.join([str(BENCH_DIR), str(ROOT / "example_project"), str(ROOT)]),
     )
     return env
 
