@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,21 +21,47 @@ class CancelFlag:
     ``requested`` says that the reason is a cancel of the job (rather than
     its time limit, a lost lease or a shutdown): ``ctx.check()`` then
     raises ``JobCancelled``.
+
+    A cancel request sets the flag at once but does not give the attempt
+    up: the handler has a grace to stop by itself. ``on_give_up`` is how an
+    ``async def`` handler's task is cancelled when the worker does give up
+    (``worker/event_loop.py``); a sync handler's thread is never interrupted.
     """
 
-    __slots__ = ("_requested", "_set")
+    __slots__ = ("_given_up", "_on_give_up", "_requested", "_set")
 
     def __init__(self) -> None:
         self._set = False
         self._requested = False
+        self._given_up = False
+        self._on_give_up: Callable[[], None] | None = None
 
     def set(self) -> None:
+        """The worker gives up on the attempt (or it is over): ``ctx.cancelled`` for good."""
         self._set = True
+        self._given_up = True
+        callback = self._on_give_up
+        if callback is not None:
+            self._on_give_up = None
+            callback()
 
     def request_cancel(self) -> None:
         """Someone cancelled the job: the reason first, so a reader of the flag sees it."""
         self._requested = True
         self._set = True
+
+    def on_give_up(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` once when the worker gives up (at once if it has); None: forget it.
+
+        Set and called from different threads without a lock: ``set`` writes
+        the state before it reads the callback and this method the other way
+        round, so one of them always sees the other and the callback is never
+        missed; it may (rarely) run twice, so it must not mind.
+        """
+        self._on_give_up = callback
+        if callback is not None and self._given_up:
+            self._on_give_up = None
+            callback()
 
     def is_set(self) -> bool:
         return self._set

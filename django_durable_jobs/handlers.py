@@ -12,7 +12,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import iscoroutinefunction
 
 from .exceptions import HandlerAlreadyRegistered
 
@@ -36,6 +39,12 @@ class Handler:
     #: At most this many jobs of this type sharing a ``concurrency_key`` run
     #: at once, over every worker; None: keys do not limit this type.
     concurrency_limit: int | None = None
+
+    @cached_property
+    def is_async(self) -> bool:
+        """An ``async def`` function (or one marked with ``markcoroutinefunction``,
+        or a ``functools.partial`` of one): the worker runs it on its event loop."""
+        return iscoroutinefunction(self.func)
 
     @property
     def location(self) -> str:

@@ -200,8 +200,16 @@ def most_running_at_once(jobs: Collection[Job]) -> int:
     """
     unfinished = [job.pk for job in jobs if job.started_at is None or job.completed_at is None]
     assert not unfinished, f"jobs without a start or an end: {unfinished}"
+    return most_at_once([(job.started_at, job.completed_at) for job in jobs])
+
+
+def most_at_once(intervals: Collection[tuple[Any, Any]]) -> int:
+    """The most of the ``(start, end)`` intervals that overlap at one instant.
+
+    An interval that ends at the instant another starts does not overlap it.
+    """
     events = sorted(
-        [(job.started_at, 1) for job in jobs] + [(job.completed_at, -1) for job in jobs],
+        [(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals],
         key=lambda e: (e[0], e[1]),  # an end before a start at the same instant
     )
     running = peak = 0

@@ -10,8 +10,9 @@ whose type imports as a ``django.tasks.Task`` bound to a
 ``DurableJobsBackend``: anything else keeps the executor's "no handler"
 path, so a stray type can never make the worker run an arbitrary
 function. The handler it returns runs the task like Django's immediate
-backend does (context, async functions, signals), while retries, leases
-and the result are the executor's as for any job.
+backend does (context, signals), while retries, leases and the result are
+the executor's as for any job; an ``async def`` task's handler is async
+too, so the worker awaits it on its event loop like an async ``@job``.
 
 ``announce_finished`` is a finished listener: it sends ``task_finished``
 for the tasks among the jobs the core finished without their handler.
@@ -31,6 +32,8 @@ import uuid
 from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import iscoroutinefunction
+
 from .. import db
 from ..context import JobContext
 from ..exceptions import Discard
@@ -39,11 +42,12 @@ from . import TASKS_AVAILABLE, limits
 
 if TYPE_CHECKING:
     from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import Task
+    from django.tasks.base import Task, TaskResult
 
 __all__ = [
     "TASKS_AVAILABLE",
     "announce_finished",
+    "arun_task",
     "durable_backends",
     "run_task",
     "task_concurrency_limits",
@@ -71,7 +75,10 @@ def task_handler(type_name: str, payload: Any) -> Handler | None:
         return None
     if task is None or backend is None:
         return None
-    return Handler(type_name, functools.partial(run_task, task, backend))
+    # An async def task is awaited on the worker's event loop (in a slot,
+    # like any job), not run to completion on a loop of its own by Task.call.
+    run = arun_task if iscoroutinefunction(task.func) else run_task
+    return Handler(type_name, functools.partial(run, task, backend))
 
 
 def durable_backends() -> Iterator[BaseTaskBackend]:
@@ -127,6 +134,93 @@ def _durable_backend(alias: str) -> BaseTaskBackend | None:
     return backend if isinstance(backend, DurableJobsBackend) else None
 
 
+class _Started:
+    """One attempt of a task, begun: its ``TaskResult`` and how to call its function."""
+
+    __slots__ = ("args", "backend", "kwargs", "result", "task")
+
+    def __init__(
+        self,
+        task: Task[Any, Any],
+        backend: BaseTaskBackend,
+        result: TaskResult[Any, Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
+    ) -> None:
+        self.task, self.backend, self.result = task, backend, result
+        self.args, self.kwargs = args, kwargs
+
+    def arguments(self) -> list[Any]:
+        """The function's positional arguments, its ``TaskContext`` first if it takes one."""
+        if not self.task.takes_context:
+            return self.args
+        from django.tasks.base import TaskContext
+
+        return [TaskContext(task_result=self.result), *self.args]
+
+
+def _start(task: Task[Any, Any], backend: BaseTaskBackend, ctx: JobContext) -> _Started:
+    """Read the job as a ``TaskResult`` and send ``task_started`` (sync: the ORM)."""
+    from django.tasks.signals import task_started
+
+    from ..models import Job
+    from .results import build_result, send_signal
+
+    job = Job.objects.using(db.database_alias()).get(pk=ctx.id)
+    task_result = build_result(job, task, backend.alias)
+    send_signal(task_started, type(backend), task_result)
+    return _Started(
+        task_result.task, backend, task_result, ctx.payload["args"], ctx.payload["kwargs"]
+    )
+
+
+def _checked(started: _Started, value: Any) -> Any:
+    """``value``, if the job can store it; else ``Discard`` (the work is done)."""
+    from .results import NotRoundTrippable, check_round_trip
+
+    try:
+        check_round_trip("The return value", value)
+    except NotRoundTrippable as exc:
+        # Running it again would repeat its side effects. Django's backends
+        # fail such a task; so do we, at once.
+        raise Discard(
+            f"Task {started.task.module_path} returned an unstorable value: {exc}"
+        ) from None
+    return value
+
+
+def _failed(started: _Started, ctx: JobContext, exc: Exception) -> None:
+    """The function raised ``exc``: ``task_finished`` if no retry follows.
+
+    Called inside the ``except`` block (for an async task, through
+    ``sync_to_async``, which keeps it): Django's own receiver logs exc_info.
+    """
+    from django.tasks.base import TaskResultStatus
+    from django.tasks.signals import task_finished
+
+    from .results import mark_finished, send_signal, task_error
+
+    if _given_up(ctx):
+        return  # the worker recorded this attempt already, or gave the job back
+    if isinstance(exc, Discard) or ctx.attempt >= ctx.max_attempts:
+        result = started.result
+        mark_finished(result, TaskResultStatus.FAILED, errors=[*result.errors, task_error(exc)])
+        send_signal(task_finished, type(started.backend), result)
+
+
+def _succeeded(started: _Started, ctx: JobContext, value: Any) -> dict[str, Any]:
+    """The function returned ``value``: ``task_finished``; the job's result."""
+    from django.tasks.base import TaskResultStatus
+    from django.tasks.signals import task_finished
+
+    from .results import mark_finished, send_signal
+
+    if not _given_up(ctx):
+        mark_finished(started.result, TaskResultStatus.SUCCESSFUL, _return_value=value)
+        send_signal(task_finished, type(started.backend), started.result)
+    return {"return_value": value, "worker_id": ctx.worker_id}
+
+
 def run_task(task: Task[Any, Any], backend: BaseTaskBackend, ctx: JobContext) -> dict[str, Any]:
     """Run one attempt of ``task`` for the job ``ctx`` describes.
 
@@ -134,51 +228,33 @@ def run_task(task: Task[Any, Any], backend: BaseTaskBackend, ctx: JobContext) ->
     task reaches a final state (success, or a failure no retry follows).
     Returns the result as the job stores it (see ``results``).
     """
-    from django.tasks.base import TaskContext, TaskResultStatus
-    from django.tasks.signals import task_finished, task_started
-
-    from ..models import Job
-    from .results import (
-        NotRoundTrippable,
-        build_result,
-        check_round_trip,
-        mark_finished,
-        send_signal,
-        task_error,
-    )
-
-    job = Job.objects.using(db.database_alias()).get(pk=ctx.id)
-    task_result = build_result(job, task, backend.alias)
-    task = task_result.task
-    send_signal(task_started, type(backend), task_result)
-    args, kwargs = ctx.payload["args"], ctx.payload["kwargs"]
+    started = _start(task, backend, ctx)
     try:
-        if task.takes_context:
-            value = task.call(TaskContext(task_result=task_result), *args, **kwargs)
-        else:
-            value = task.call(*args, **kwargs)
-        try:
-            check_round_trip("The return value", value)
-        except NotRoundTrippable as exc:
-            # The work is done: running it again would repeat its side
-            # effects. Django's backends fail such a task; so do we, at once.
-            raise Discard(f"Task {task.module_path} returned an unstorable value: {exc}") from None
+        value = _checked(started, started.task.call(*started.arguments(), **started.kwargs))
     except Exception as exc:
-        if _given_up(ctx):
-            raise  # the worker recorded this attempt already, or gave the job back
-        if isinstance(exc, Discard) or ctx.attempt >= ctx.max_attempts:
-            mark_finished(
-                task_result,
-                TaskResultStatus.FAILED,
-                errors=[*task_result.errors, task_error(exc)],
-            )
-            # Inside the except block: Django's own receiver logs exc_info.
-            send_signal(task_finished, type(backend), task_result)
+        _failed(started, ctx, exc)
         raise
-    if not _given_up(ctx):
-        mark_finished(task_result, TaskResultStatus.SUCCESSFUL, _return_value=value)
-        send_signal(task_finished, type(backend), task_result)
-    return {"return_value": value, "worker_id": ctx.worker_id}
+    return _succeeded(started, ctx, value)
+
+
+async def arun_task(
+    task: Task[Any, Any], backend: BaseTaskBackend, ctx: JobContext
+) -> dict[str, Any]:
+    """``run_task`` for an ``async def`` task: awaited on the worker's event loop.
+
+    The signals and the ORM reads run through ``sync_to_async``, on the
+    waiting slot thread (``worker/event_loop.py``), as the receivers and the
+    ORM expect.
+    """
+    from asgiref.sync import sync_to_async
+
+    started = await sync_to_async(_start)(task, backend, ctx)
+    try:
+        value = _checked(started, await started.task.acall(*started.arguments(), **started.kwargs))
+    except Exception as exc:
+        await sync_to_async(_failed)(started, ctx, exc)
+        raise
+    return await sync_to_async(_succeeded)(started, ctx, value)
 
 
 def _given_up(ctx: JobContext) -> bool:

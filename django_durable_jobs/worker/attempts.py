@@ -91,6 +91,7 @@ class Attempt:
         "started",
         "state",
         "stuck",
+        "task_stack",
         "thread_id",
         "thread_running",
         "timed_out_at",
@@ -113,6 +114,9 @@ class Attempt:
         #: The same moment on the wall clock, for the handler (``ctx.deadline``).
         self.deadline_at: datetime | None = None
         self.thread_id: int | None = None
+        #: An ``async def`` handler's chain of awaits, for the watchdog (None:
+        #: a sync handler, whose thread's stack says where it is).
+        self.task_stack: Callable[[], str] | None = None
         self.thread_running = False
         #: Counted in its slot group's ``running`` (from the claim until its
         #: thread returns, or the shutdown gives every slot back).

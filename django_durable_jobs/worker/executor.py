@@ -8,11 +8,12 @@ shuts down, as the handler asked.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import time
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from django.db import close_old_connections
 
@@ -22,9 +23,10 @@ from ..constants import MAX_DELAY_SECONDS
 from ..context import JobContext
 from ..db.records import ClaimedJob, Outcome, Transition
 from ..exceptions import Discard, JobCancelled, JobTimeout, Retry
-from ..registry import registry
+from ..registry import Handler, registry
 from . import outcomes
 from .attempts import Attempt
+from .event_loop import EventLoop, run_once
 from .outcomes import Failure, describe, release
 
 
@@ -62,14 +64,20 @@ def _log_fields(job: ClaimedJob, worker_id: str) -> dict[str, object]:
 
 
 def execute(
-    job: ClaimedJob, worker_id: str, policy: RetryPolicy, watchdog: AttemptStarter | None = None
+    job: ClaimedJob,
+    worker_id: str,
+    policy: RetryPolicy,
+    watchdog: AttemptStarter | None = None,
+    event_loop: EventLoop | None = None,
 ) -> Outcome | None:
     """Run ``job``'s handler once; return the outcome to record.
 
     With a ``watchdog``, the attempt is begun with it before the handler
     starts (its time limit then counts from there) and the context carries
     its deadline and cancel flag; None when the attempt was no longer this
-    worker's to run (released, or its lease lost, while it waited).
+    worker's to run (released, or its lease lost, while it waited). An
+    ``async def`` handler runs on ``event_loop`` (the worker's), this
+    thread waiting for it; without one, on a loop of its own.
     """
     log_fields = _log_fields(job, worker_id)
     # Not a @job type: maybe an integration's (a Django Tasks @task).
@@ -115,7 +123,7 @@ def execute(
     close_old_connections()
     try:
         try:
-            value = handler.func(ctx)
+            value = _call(handler, ctx, attempt, event_loop)
         except Exception as exc:
             # After a cancel of the job, whatever the handler raised (JobCancelled
             # from ctx.check(), or anything else) ends the attempt cancelled.
@@ -182,6 +190,27 @@ def execute(
     return outcomes.complete(job, result_json)
 
 
+def _call(
+    handler: Handler, ctx: JobContext, attempt: Attempt | None, event_loop: EventLoop | None
+) -> Any:
+    """The handler's return value: called here, or awaited on the event loop if it is async."""
+    if handler.is_async:
+        if event_loop is None:
+            return run_once(handler.func, ctx, attempt)
+        return event_loop.run(handler.func, ctx, attempt)
+    value = handler.func(ctx)
+    if inspect.iscoroutine(value):
+        # Not awaited, the work would never be done and the job still count
+        # as completed: a failed attempt that says why.
+        value.close()
+        raise TypeError(
+            f"The handler of {ctx.type!r} returned a coroutine without being an async function: "
+            "declare it with `async def` (or mark it with asgiref's markcoroutinefunction) "
+            "so that the worker awaits it."
+        )
+    return value
+
+
 def internal_error(job: ClaimedJob, worker_id: str, policy: RetryPolicy, exc: Exception) -> Outcome:
     """An error in the worker itself while running ``job``: a counted failed attempt.
 
@@ -197,16 +226,18 @@ def timed_out(
     timeout: float | None,
     elapsed: float,
     stack: str = "",
+    what: str = "thread",
 ) -> Outcome:
     """The attempt ran past its deadline: a failed attempt with a ``JobTimeout`` error.
 
     Retried with backoff, or dead when it was the last attempt, exactly like
-    an exception from the handler. ``stack`` (where the handler thread was
-    at the deadline) stands in for the traceback, which does not exist: the
-    handler raised nothing. A dead one is announced (``hooks.jobs_finished``)
-    once written: its handler never said how it ended.
+    an exception from the handler. ``stack`` (where the handler's ``what``,
+    its thread or its coroutine, was at the deadline) stands in for the
+    traceback, which does not exist: the handler raised nothing. A dead one
+    is announced (``hooks.jobs_finished``) once written: its handler never
+    said how it ended.
     """
-    tb = f"Handler thread at the deadline (most recent call last):\n{stack}" if stack else None
+    tb = f"Handler {what} at the deadline (most recent call last):\n{stack}" if stack else None
     return _failed(
         job, worker_id, policy, JobTimeout(timeout), time.perf_counter() - elapsed,
         _log_fields(job, worker_id), traceback_text=tb, announce_if_dead=True,

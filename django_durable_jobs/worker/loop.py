@@ -10,6 +10,9 @@ Threads, and the connection each uses:
 - completer: writes outcomes in batches (one connection);
 - maintenance: heartbeats and the reaper (one connection);
 - watchdog: fails attempts at their time limit (no connection; ``watchdog.py``);
+- event loop: runs the ``async def`` handlers, started at the first one;
+  each takes a slot, whose thread waits for it and runs its sync calls
+  (no connection of its own; ``event_loop.py``);
 - listener: LISTEN for enqueue notifications, and pause/resume ones
   (one psycopg connection; the paused queues: ``paused.py``);
 - scheduler: enqueues the periodic jobs' due ticks, when any are declared
@@ -43,6 +46,7 @@ from ..db.records import ClaimedJob, Outcome, Transition
 from ..durations import SecondsError, seconds
 from .attempts import Attempt, AttemptTable, Clock, State
 from .completer import Completer
+from .event_loop import EventLoop
 from .executor import StopWorker, execute, internal_error
 from .listener import Listener
 from .maintenance import Maintenance
@@ -215,6 +219,8 @@ class Worker:
             current_slots=self._current_slots,
         )
         self.completer = Completer(config.alias, self._history_limit, self._written)
+        # Started by the first async handler; never, if there is none.
+        self.event_loop = EventLoop()
         self.watchdog = Watchdog(
             attempts=self.attempts,
             worker_id=config.worker_id,
@@ -669,7 +675,7 @@ class Worker:
         back here and ``_finished`` drops it.
         """
         try:
-            return execute(job, self.config.worker_id, self.policy, self.watchdog)
+            return execute(job, self.config.worker_id, self.policy, self.watchdog, self.event_loop)
         except StopWorker as stop:
             self.stop()
             return stop.outcome
@@ -858,6 +864,8 @@ class Worker:
         with self._lock:
             for group in self._groups:
                 group.stop_all()
+        # After the release above, which cancelled the async handlers still running.
+        self.event_loop.stop()
         if self.listener is not None:
             self.listener.stop()
         self.maintenance.stop()

@@ -44,9 +44,7 @@ stays stuck is slower to free a slot, but it cannot corrupt the process.
 from __future__ import annotations
 
 import logging
-import sys
 import threading
-import traceback
 import uuid
 from collections.abc import Callable
 
@@ -56,11 +54,11 @@ from ..db.records import ClaimedJob, Outcome
 from . import outcomes
 from .attempts import Attempt, AttemptTable
 from .executor import timed_out
+from .stacks import STACK_LIMIT, thread_stack
+
+__all__ = ["STACK_LIMIT", "Watchdog", "effective_timeout", "handler_stack", "thread_stack"]
 
 logger = logging.getLogger("django_durable_jobs.worker")
-
-#: Deepest stack of the handler thread kept in the JobTimeout error entry.
-STACK_LIMIT = 30
 
 
 def effective_timeout(
@@ -73,12 +71,11 @@ def effective_timeout(
     return None
 
 
-def thread_stack(thread_id: int | None) -> str:
-    """Where thread ``thread_id`` is now, for the error history ("" if it is gone)."""
-    frame = None if thread_id is None else sys._current_frames().get(thread_id)
-    if frame is None:
-        return ""
-    return "".join(traceback.format_stack(frame, limit=STACK_LIMIT))
+def handler_stack(attempt: Attempt) -> tuple[str, str]:
+    """What runs the attempt's handler (``"thread"`` or ``"coroutine"``) and where it is now."""
+    if attempt.task_stack is not None:
+        return "coroutine", attempt.task_stack()
+    return "thread", thread_stack(attempt.thread_id)
 
 
 class Watchdog:
@@ -191,8 +188,9 @@ class Watchdog:
     def _time_out(self, attempt: Attempt) -> None:
         job = attempt.job
         # Where the handler is stuck, for the error history: before the
-        # cancel flag, which a cooperative handler would act on.
-        stack = thread_stack(attempt.thread_id)
+        # cancel flag, which a cooperative handler would act on (and which
+        # cancels an async handler's task).
+        what, stack = handler_stack(attempt)
         taken = self.attempts.time_out(attempt)
         # Only now: a handler that sees ctx.cancelled has had its job taken
         # (its outcome is dropped), so the executor need not log a retry for it.
@@ -202,9 +200,11 @@ class Watchdog:
         assert attempt.started is not None
         elapsed = self.attempts.clock() - attempt.started
         if attempt.cancel_requested is not None:
-            self._cancel(attempt, elapsed, stack)
+            self._cancel(attempt, elapsed, what, stack)
             return
-        outcome = timed_out(job, self.worker_id, self.policy, attempt.timeout, elapsed, stack)
+        outcome = timed_out(
+            job, self.worker_id, self.policy, attempt.timeout, elapsed, stack, what=what
+        )
         self._submit(outcome)
         self.timed_out += 1
         if metrics.ENABLED:
@@ -218,7 +218,7 @@ class Watchdog:
             extra={"job_id": str(job.id), "job_type": job.type, "worker_id": self.worker_id},
         )  # fmt: skip
 
-    def _cancel(self, attempt: Attempt, elapsed: float, stack: str) -> None:
+    def _cancel(self, attempt: Attempt, elapsed: float, what: str, stack: str) -> None:
         """The handler of a cancelled job did not stop within the grace: end it cancelled."""
         job = attempt.job
         failure = outcomes.cancelled_failure(
@@ -226,7 +226,7 @@ class Watchdog:
         )
         if stack:
             failure.traceback = (
-                f"Handler thread at the end of the grace (most recent call last):\n{stack}"
+                f"Handler {what} at the end of the grace (most recent call last):\n{stack}"
             )
         outcome = outcomes.cancel(job, self.worker_id, failure)
         self._submit(outcome)
@@ -246,12 +246,17 @@ class Watchdog:
             return
         job = attempt.job
         limit = "its time limit" if attempt.cancel_requested is None else "its cancel's grace"
+        what, stack = handler_stack(attempt)
+        why = (
+            "blocked without a timeout, or a loop that ignores ctx.cancelled?"
+            if what == "thread"
+            else "a coroutine that swallows CancelledError, or blocked in a sync call?"
+        )
         logger.error(
-            "Handler thread of job %s type=%s has not returned %ss after %s "
-            "(blocked without a timeout, or a loop that ignores ctx.cancelled?): the worker "
+            "Handler %s of job %s type=%s has not returned %ss after %s (%s): the worker "
             "stops claiming and will exit for a restart once its other jobs finish "
             "worker=%s\n%s",
-            job.id, job.type, self.grace, limit, self.worker_id, thread_stack(attempt.thread_id),
+            what, job.id, job.type, self.grace, limit, why, self.worker_id, stack,
             extra={"job_id": str(job.id), "job_type": job.type, "worker_id": self.worker_id},
         )  # fmt: skip
         self._on_stuck(attempt)

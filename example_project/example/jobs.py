@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -27,6 +28,24 @@ def sleep(ctx: JobContext) -> dict[str, float]:
     seconds = float(ctx.payload.get("seconds", 1))
     time.sleep(seconds)
     return {"slept": seconds}
+
+
+@job("example.asleep")
+async def asleep(ctx: JobContext) -> dict[str, float]:
+    """``async def``: awaits ``asyncio.sleep(payload["seconds"])`` (default 1).
+
+    Runs on the worker's event loop and takes a slot like any job: twenty of
+    them at 0.5 s on ``--concurrency 4`` take about 2.5 s. A time limit or a
+    cancel cancels the sleep (docs/guides/async-handlers.md).
+    """
+    seconds = float(ctx.payload.get("seconds", 1))
+    await asyncio.sleep(seconds)
+    return {"slept": seconds}
+
+
+@job("example.anoop")
+async def anoop(ctx: JobContext) -> None:
+    """``async def`` that does nothing: the async twin of ``example.noop``, for benchmarks."""
 
 
 @job("example.timeboxed", timeout=2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
@@ -217,3 +219,144 @@ def ignores_cancel(ctx: JobContext) -> dict[str, bool]:
     while time.monotonic() < until:
         time.sleep(0.05)
     return {"ignored": True}
+
+
+# Async handlers (tests/*/test_async_handlers*.py). Each records its run with
+# the async ORM, so the tests also see that the ORM works where it should.
+
+#: Async jobs running now in this process, and the most that ever did at once.
+_async_running = {"now": 0, "most": 0}
+
+
+async def _arecord(ctx: JobContext, worker: str | None = None) -> None:
+    await Execution.objects.acreate(
+        job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id if worker is None else worker
+    )
+
+
+@job("tests.asleep")
+async def asleep(ctx: JobContext) -> dict[str, Any]:
+    """Record the execution, then ``await asyncio.sleep(payload["sleep"])`` (default 0).
+
+    Returns where it ran (its coroutine's thread), when on this process's
+    monotonic clock (so that a test sees how many ran at once from the
+    handlers' side), and the most async jobs that ran at once in this
+    process so far.
+    """
+    started = time.monotonic()
+    _async_running["now"] += 1  # only the event loop's thread runs this code
+    _async_running["most"] = max(_async_running["most"], _async_running["now"])
+    try:
+        await _arecord(ctx)
+        await asyncio.sleep(float(ctx.payload.get("sleep", 0)))
+    finally:
+        _async_running["now"] -= 1
+    return {
+        "thread": threading.current_thread().name,
+        "most": _async_running["most"],
+        "started": started,
+        "ended": time.monotonic(),
+    }
+
+
+@job("tests.async_outcome")
+async def async_outcome(ctx: JobContext) -> Any:
+    """Ends as ``payload["do"]`` says: "return", "raise", "retry" or "discard"."""
+    await _arecord(ctx)
+    do = ctx.payload["do"]
+    if do == "raise":
+        raise ValueError(f"async attempt {ctx.attempt} fails")
+    if do == "retry":
+        raise Retry(after=0.01)
+    if do == "discard":
+        raise Discard("async: not worth retrying")
+    return {"returned": ctx.payload.get("value")}
+
+
+@job("tests.async_cancelled")
+async def async_cancelled(ctx: JobContext) -> None:
+    """Record the execution, then sleep ``payload["sleep"]`` s (default 60) in one await.
+
+    When the worker cancels its task, records that it saw the CancelledError
+    (an ``Execution`` whose worker is "cancelled") and re-raises it; with
+    ``payload["swallow"]`` it swallows it instead and sleeps on, in steps of
+    50 ms, until the gate ``payload["gate"]`` opens (another process: for
+    ``payload["swallow"]`` s).
+    """
+    await _arecord(ctx)
+    try:
+        await asyncio.sleep(float(ctx.payload.get("sleep", 60)))
+    except asyncio.CancelledError:
+        await _arecord(ctx, "cancelled")
+        if not ctx.payload.get("swallow"):
+            raise
+    name = ctx.payload.get("gate")
+    until = time.monotonic() + float(ctx.payload.get("swallow") or 0)
+
+    def going_on() -> bool:
+        return not gate(name).is_set() if name else time.monotonic() < until
+
+    while going_on():
+        with contextlib.suppress(asyncio.CancelledError):  # and again: it never stops by itself
+            await asyncio.sleep(0.05)
+
+
+@job("tests.async_checks")
+async def async_checks(ctx: JobContext) -> dict[str, bool]:
+    """Record the execution, then call ``ctx.check()`` every 50 ms for ``payload["seconds"]``.
+
+    Catches the worker's CancelledError (the grace after a cancel request
+    may end first on a slow machine) only to record it, like
+    ``tests.async_cancelled``.
+    """
+    await _arecord(ctx)
+    until = time.monotonic() + float(ctx.payload.get("seconds", 60))
+    while time.monotonic() < until:
+        ctx.check()
+        await asyncio.sleep(0.05)
+    return {"looped": True}
+
+
+@job("tests.async_sync_orm", max_attempts=1)
+async def async_sync_orm(ctx: JobContext) -> None:
+    """Uses the sync ORM in a coroutine: Django raises SynchronousOnlyOperation."""
+    Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+
+
+@job("tests.async_orm")
+async def async_orm(ctx: JobContext) -> dict[str, Any]:
+    """The async ORM (acreate, aget, acount) and sync_to_async, and the threads they ran on."""
+    from asgiref.sync import sync_to_async
+
+    created = await Execution.objects.acreate(job_id=ctx.id, attempt=ctx.attempt, worker="async")
+    fetched = await Execution.objects.aget(pk=created.pk)
+    counted = await Execution.objects.filter(job_id=ctx.id).acount()
+
+    def in_sync_code() -> dict[str, Any]:
+        Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker="sync_to_async")
+        return {"thread": threading.current_thread().name}
+
+    synced = await sync_to_async(in_sync_code)()
+    return {
+        "fetched": str(fetched.job_id),
+        "counted": counted,
+        "sync_thread": synced["thread"],
+        "loop_thread": threading.current_thread().name,
+    }
+
+
+@job("tests.returns_coroutine", max_attempts=1)
+def returns_coroutine(ctx: JobContext) -> Any:
+    """A sync function that returns a coroutine (a wrapper that lost ``async``)."""
+    return asyncio.sleep(0)
+
+
+@job("tests.async_to_thread")
+async def async_to_thread(ctx: JobContext) -> dict[str, Any]:
+    """The sync ORM through ``asyncio.to_thread``: the loop's default executor."""
+
+    def record() -> dict[str, Any]:
+        Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker="to_thread")
+        return {"thread": threading.current_thread().name}
+
+    return await asyncio.to_thread(record)

@@ -72,4 +72,8 @@ def test_example_handlers_are_autodiscovered() -> None:
         "example.fail",
         "example.flaky",
         "example.cancellable",
+        "example.asleep",
+        "example.anoop",
     } <= names
+    assert registry.get("example.asleep").is_async  # type: ignore[union-attr]
+    assert not registry.get("example.sleep").is_async  # type: ignore[union-attr]

@@ -1,0 +1,385 @@
+"""The worker's event loop, where ``async def`` handlers run.
+
+One loop per worker, on a daemon thread of its own, started at the first
+async job (a worker that only runs sync handlers never starts it) and
+stopped at shutdown. An async handler takes a slot exactly like a sync
+one: the slot thread submits the coroutine to the loop and waits for it,
+so ``--concurrency 4`` runs at most four jobs at once, async or not, and
+everything else about the attempt (its deadline, lease, heartbeat and
+outcome) is the same code as for a sync handler. The loop buys no extra
+concurrency; it lets handlers written for asyncio run, and keeps their
+awaits cheap while they wait.
+
+The waiting slot thread is not idle: like ``asgiref``'s ``async_to_sync``,
+it serves the handler's thread-sensitive ``sync_to_async`` calls (the
+default, and what Django's async ORM methods use). So an async handler's
+queries run on its slot's own database connection, the one
+``close_old_connections`` checks before every job and that is closed when
+the slot stops, and two async handlers' sync calls never queue behind each
+other. Calls made with ``thread_sensitive=False``, ``asyncio.to_thread`` and
+``loop.run_in_executor(None, ...)`` go to the loop's default executor, whose
+threads close their connections after each call.
+
+When the worker gives up on the attempt (its deadline, the end of a cancel
+request's grace, a lost lease, the end of a shutdown's grace) the
+attempt's cancel flag calls back here and the task is cancelled
+(``task.cancel()``, on the loop's thread). Unlike a thread, a coroutine
+can be interrupted safely: the ``CancelledError`` arrives at an ``await``,
+where the handler's own code is between steps. A coroutine that swallows
+it and goes on keeps its slot, like a sync handler that ignores its
+deadline, and the watchdog's grace and recycle deal with it the same way.
+
+Each job's task runs in a fresh ``contextvars.Context``: nothing a handler
+sets in a context variable reaches the next job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import inspect
+import logging
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Executor, Future, InvalidStateError, ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar
+
+from asgiref.sync import AsyncToSync, SyncToAsync, ThreadSensitiveContext
+from django.db import connections
+
+from ..context import JobContext
+from ..exceptions import JobCancelled, JobTimeout
+from .attempts import Attempt
+from .stacks import coroutine_stack
+
+__all__ = ["AsyncHandler", "EventLoop", "SlotThreadExecutor", "run_once"]
+
+logger = logging.getLogger("django_durable_jobs.worker")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+AsyncHandler = Callable[[JobContext], Awaitable[Any]]
+
+THREAD_NAME = "durable-jobs-event-loop"
+#: How long ``stop()`` waits for the loop's thread to end.
+STOP_SECONDS = 5.0
+#: At stop, how long the tasks still running get to end once cancelled.
+CANCEL_LEFT_SECONDS = 1.0
+
+# asgiref >= 3.13 lets a ThreadSensitiveContext be given the executor that
+# its block's thread-sensitive calls use: the public way to say "this thread".
+_CONTEXT_TAKES_EXECUTOR = "executor" in inspect.signature(ThreadSensitiveContext).parameters
+
+
+class SlotThreadExecutor(Executor):
+    """Runs the calls submitted to it on the thread that made it, while that thread waits.
+
+    The slot thread's side of an async attempt: ``run_until(done)`` serves
+    the calls until ``done`` is done. After that a submit raises
+    ``RuntimeError``: a task that the handler left running cannot reach a
+    thread that has gone back to serving other jobs.
+    """
+
+    def __init__(self) -> None:
+        self._thread = threading.get_ident()
+        self._cond = threading.Condition(threading.Lock())
+        self._calls: deque[tuple[Future[Any], Callable[[], Any]]] = deque()
+        self._closed = False
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        if threading.get_ident() == self._thread:
+            raise RuntimeError("a slot thread cannot submit work to itself")
+        future: Future[T] = Future()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError(
+                    "the attempt this slot thread ran is over: a task the handler left "
+                    "running cannot call sync code through it"
+                )
+            self._calls.append((future, functools.partial(fn, *args, **kwargs)))
+            self._cond.notify()
+        return future
+
+    def run_until(self, done: Future[Any]) -> None:
+        """Run the submitted calls, one at a time, until ``done`` is done."""
+
+        def wake(_: Future[Any]) -> None:
+            with self._cond:
+                self._cond.notify()
+
+        done.add_done_callback(wake)
+        while True:
+            with self._cond:
+                while not self._calls and not done.done():
+                    self._cond.wait()
+                if not self._calls:
+                    self._closed = True
+                    return
+                future, call = self._calls.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = call()
+            except BaseException as exc:  # handed to the awaiting coroutine, as asgiref does
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+
+class ConnectionClosingExecutor(ThreadPoolExecutor):
+    """The loop's default executor: its threads close their database connections
+    after each call.
+
+    Its threads are shared by every async handler and end when the loop
+    stops, without a word to Django: a connection kept open between calls
+    would be left open for ever (or collected unclosed) and would count
+    against the database's limit beside the slots' own. A call that uses
+    the ORM here connects afresh; thread-sensitive calls (the default, and
+    the async ORM's) run on the slot's thread and keep its connection.
+    """
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        return super().submit(_closing_connections, functools.partial(fn, *args, **kwargs))
+
+
+def _closing_connections(call: Callable[[], T]) -> T:
+    try:
+        return call()
+    finally:
+        connections.close_all()
+
+
+@contextlib.asynccontextmanager
+async def _sync_calls_in(executor: Executor) -> AsyncIterator[None]:
+    """Send the block's thread-sensitive ``sync_to_async`` calls to ``executor``."""
+    if _CONTEXT_TAKES_EXECUTOR:
+        async with ThreadSensitiveContext(executor=executor):  # type: ignore[call-arg,unused-ignore]
+            yield
+    else:
+        # Older asgiref: what its async_to_sync does for the thread that
+        # calls it. The task runs in a context of its own (``_Run.start``),
+        # so the setting reaches this task and its children only.
+        AsyncToSync.executors.current = executor
+        yield
+
+
+def _finish(done: Future[None]) -> None:
+    with contextlib.suppress(InvalidStateError):  # already finished (stop() raced the task)
+        done.set_result(None)
+
+
+class _Run:
+    """One attempt's coroutine on the loop: its task, and how it ended."""
+
+    __slots__ = ("cancelled_by_worker", "ctx", "done", "error", "executor", "func", "task", "value")
+
+    def __init__(self, func: AsyncHandler, ctx: JobContext) -> None:
+        self.func = func
+        self.ctx = ctx
+        self.executor = SlotThreadExecutor()
+        self.done: Future[None] = Future()
+        self.task: asyncio.Task[None] | None = None
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.cancelled_by_worker = False
+
+    async def main(self) -> None:
+        try:
+            async with _sync_calls_in(self.executor):
+                self.value = await self.func(self.ctx)
+        except GeneratorExit:  # the coroutine is closed unfinished (the loop went away)
+            self.error = RuntimeError("the worker's event loop stopped before the handler returned")
+            raise
+        except BaseException as exc:  # CancelledError, SystemExit too: the slot thread decides
+            self.error = exc
+        finally:
+            _finish(self.done)
+
+    # -- on the loop's thread ---------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        # A fresh context for each job: create_task copies the current one.
+        self.task = contextvars.Context().run(
+            loop.create_task, self.main(), name=f"{self.ctx.type} {self.ctx.id}"
+        )
+        if self.cancelled_by_worker:
+            self.task.cancel()
+
+    def cancel(self) -> None:
+        if self.cancelled_by_worker:
+            return  # told twice (see CancelFlag.on_give_up): one CancelledError is the request
+        self.cancelled_by_worker = True
+        if self.task is not None:
+            self.task.cancel()
+
+    # -- on the slot thread -----------------------------------------------
+
+    def result(self) -> Any:
+        """What the handler returned, or raise what it raised.
+
+        A ``CancelledError`` of the worker's own cancel becomes the reason
+        the worker gave up, as ``ctx.check()`` would have raised it: an
+        ordinary exception, never the ``BaseException`` that would stop the
+        worker.
+        """
+        error, self.error = self.error, None
+        if error is None:
+            return self.value
+        if isinstance(error, asyncio.CancelledError):
+            if self.cancelled_by_worker:
+                flag = self.ctx._cancel
+                if flag is not None and flag.requested:
+                    raise JobCancelled() from error
+                raise JobTimeout(self.ctx.timeout) from error
+            raise RuntimeError(
+                "the handler's task was cancelled by something other than the worker"
+            ) from error
+        raise error
+
+    def abandon(self) -> None:
+        """The loop stopped with the task unfinished: let the slot thread go."""
+        if not self.done.done():
+            self.error = RuntimeError("the worker's event loop stopped before the handler returned")
+            _finish(self.done)
+
+
+class EventLoop:
+    """The worker's event loop for async handlers, on a thread started at the first one."""
+
+    def __init__(self, name: str = THREAD_NAME) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._stopped = False
+        # In flight: a stop lets their slot threads go.
+        self._runs: set[_Run] = set()
+
+    @property
+    def started(self) -> bool:
+        """Whether an async handler ever started the loop."""
+        return self._thread is not None
+
+    @property
+    def running(self) -> bool:
+        """Whether the loop's thread is alive (started, and not stopped yet)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def run(self, func: AsyncHandler, ctx: JobContext, attempt: Attempt | None = None) -> Any:
+        """Run ``func(ctx)`` on the loop, from a slot thread; return or raise what it does.
+
+        Blocks the calling thread until the coroutine ends, running its
+        thread-sensitive sync calls meanwhile. With the ``attempt``, the task
+        is cancelled when the worker gives up on it, and the watchdog can
+        read where it is.
+        """
+        run = _Run(func, ctx)
+        # The slot thread's asgiref state (which loop an async_to_sync in a
+        # later sync handler would use): put back as it was, so that one
+        # async job does not tie the thread's next jobs to this loop.
+        thread_state = vars(SyncToAsync.threadlocal)
+        saved = dict(thread_state)
+        with self._lock:
+            loop = self._started_loop()
+            # Under the lock: a stop() after this sees the run and frees it.
+            self._runs.add(run)
+            loop.call_soon_threadsafe(run.start, loop)
+        try:
+            if attempt is not None:
+                attempt.task_stack = functools.partial(self._stack, run)
+                attempt.cancel.on_give_up(functools.partial(self._cancel_soon, loop, run))
+            try:
+                run.executor.run_until(run.done)
+            finally:
+                if attempt is not None:
+                    attempt.cancel.on_give_up(None)
+        finally:
+            with self._lock:
+                self._runs.discard(run)
+            thread_state.clear()
+            thread_state.update(saved)
+        return run.result()
+
+    def stop(self, timeout: float = STOP_SECONDS) -> None:
+        """Stop the loop (if it started); tasks still running are cancelled, then abandoned."""
+        with self._lock:
+            self._stopped = True
+            loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        with contextlib.suppress(RuntimeError):  # closed already
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout)
+        if thread.is_alive():
+            logger.warning(
+                "The event loop of async handlers did not stop within %ss: a coroutine "
+                "blocks it (a sync call in an async def handler?)",
+                timeout,
+            )
+        with self._lock:
+            left = list(self._runs)
+        for run in left:
+            run.abandon()
+
+    # -- internals --------------------------------------------------------
+
+    def _started_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop, started now if this is the first async job (the caller holds the lock)."""
+        if self._stopped:
+            raise RuntimeError("the worker's event loop is stopped: no async handler can start")
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            self._pool = ConnectionClosingExecutor(thread_name_prefix=f"{self.name}-pool")
+            loop.set_default_executor(self._pool)
+            thread = threading.Thread(target=self._serve, args=(loop,), name=self.name, daemon=True)
+            self._loop, self._thread = loop, thread
+            thread.start()
+            logger.info("Event loop started for async handlers")
+        return self._loop
+
+    def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_forever()
+        # Stopped: what still runs is cancelled and gets a moment to end.
+        tasks = asyncio.all_tasks(loop)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _, pending = loop.run_until_complete(asyncio.wait(tasks, timeout=CANCEL_LEFT_SECONDS))
+            if pending:
+                # Closed all the same: the process is stopping, and a loop
+                # left open would only leak its sockets until it exits.
+                logger.warning(
+                    "%s async handler task(s) still running after the worker's cancel at "
+                    "shutdown (swallowing CancelledError?): abandoned",
+                    len(pending),
+                )
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        loop.close()
+
+    def _cancel_soon(self, loop: asyncio.AbstractEventLoop, run: _Run) -> None:
+        """The worker gave up on the attempt (any thread): cancel its task on the loop."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the task is gone
+            loop.call_soon_threadsafe(run.cancel)
+
+    def _stack(self, run: _Run) -> str:
+        task = run.task
+        thread = self._thread
+        return coroutine_stack(
+            None if task is None else task.get_coro(), None if thread is None else thread.ident
+        )
+
+
+def run_once(func: AsyncHandler, ctx: JobContext, attempt: Attempt | None = None) -> Any:
+    """Run one async handler on a loop of its own (for a caller without a worker's loop)."""
+    loop = EventLoop()
+    try:
+        return loop.run(func, ctx, attempt)
+    finally:
+        loop.stop()
