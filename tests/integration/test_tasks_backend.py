@@ -30,6 +30,7 @@ from django_durable_jobs.backends import DurableJobsBackend, task_options
 from django_durable_jobs.constants import QUEUE_MAX_LENGTH
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker import Worker
+from django_durable_jobs.worker.event_loop import THREAD_NAME
 from tests.factories import burst as burst_worker
 from tests.factories import handler_threads, join_handler_threads
 from tests.testapp import tasks
@@ -497,6 +498,49 @@ def test_async_task_with_aenqueue_and_aget_result() -> None:
     assert done.status == TaskResultStatus.SUCCESSFUL
     assert done.return_value == 42
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 42
+
+
+def test_an_async_task_runs_on_the_workers_event_loop_with_its_signals() -> None:
+    with Signals() as signals:
+        result = tasks.async_record.enqueue(seconds=0.01)
+        drain()
+    done = tasks.async_record.get_result(result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    # Awaited on the worker's loop, not run to completion on a loop of its own.
+    assert done.return_value == {"thread": THREAD_NAME, "attempt": 1}
+    assert Execution.objects.filter(job_id=result.id).count() == 1  # the async ORM worked
+    assert signals.names(result.id) == [
+        ("enqueued", TaskResultStatus.READY, 0),
+        ("started", TaskResultStatus.RUNNING, 1),
+        ("finished", TaskResultStatus.SUCCESSFUL, 1),
+    ]
+
+
+def test_a_failing_async_task_is_retried_then_failed() -> None:
+    with task_options(max_attempts=2):
+        result = tasks.async_record.enqueue(fail=True)
+    with Signals() as signals:
+        drain()
+    done = tasks.async_record.get_result(result.id)
+    assert (done.status, done.attempts) == (TaskResultStatus.FAILED, 2)
+    assert [e.exception_class_path for e in done.errors] == ["tests.testapp.tasks.TaskFailure"] * 2
+    assert signals.names(result.id)[-1] == ("finished", TaskResultStatus.FAILED, 2)
+
+
+def test_an_async_task_past_its_time_limit_is_cancelled_and_retried() -> None:
+    # Each attempt awaits 60 s under a 0.3 s limit: cancelled at the deadline,
+    # so the drain takes about two limits, not two minutes.
+    with task_options(max_attempts=2, timeout=0.3):
+        result = tasks.async_record.enqueue(seconds=60)
+    others = handler_threads()
+    drain()
+    join_handler_threads(besides=others, timeout=10)  # the tasks ended when cancelled
+    done = tasks.async_record.get_result(result.id)
+    assert (done.status, done.attempts) == (TaskResultStatus.FAILED, 2)
+    assert [e.exception_class_path for e in done.errors] == [
+        "django_durable_jobs.exceptions.JobTimeout"
+    ] * 2
+    assert Execution.objects.filter(job_id=result.id).count() == 2
 
 
 def test_task_options_reach_aenqueue() -> None:

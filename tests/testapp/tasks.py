@@ -7,6 +7,7 @@ tests count runs exactly and see the attempt and worker of each.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from typing import Any
@@ -74,6 +75,24 @@ def returns_a_set() -> Any:
 async def async_multiply(a: int, b: int) -> int:
     await asyncio.sleep(0)
     return a * b
+
+
+@task(takes_context=True)
+async def async_record(context: TaskContext, seconds: float = 0, fail: bool = False) -> Any:
+    """Records its run with the async ORM, then sleeps ``seconds`` in one await.
+
+    Returns the thread its coroutine ran on, and the attempt; raises
+    ``TaskFailure`` with ``fail``.
+    """
+    await Execution.objects.acreate(
+        job_id=uuid.UUID(context.task_result.id),
+        attempt=context.attempt,
+        worker=context.task_result.worker_ids[-1],
+    )
+    await asyncio.sleep(seconds)
+    if fail:
+        raise TaskFailure(f"async attempt {context.attempt} fails")
+    return {"thread": threading.current_thread().name, "attempt": context.attempt}
 
 
 @task(backend="immediate")
