@@ -4,7 +4,8 @@ Run on demand, never in the test suite (machines here are shared and noisy):
 
     .venv/bin/python benchmarks/worker.py [--database-url URL] [-n 20000] [--repeat 3]
         [--concurrency 1,4,16,32,64] [--include-8] [--two-process-concurrency C]
-        [--finished-rows 1000000,10000000] [--skip-throughput] [--skip-latency] [--profile]
+        [--finished-rows 1000000,10000000] [--flow] [--async-handlers]
+        [--skip-throughput] [--skip-latency] [--profile]
 
 Workers are real ``runjobworker`` subprocesses of the example project, run with
 ``benchmarks/bench_settings.py`` (the example settings, logging WARNING and up:
@@ -26,6 +27,11 @@ The machine is shared: each run waits for a quiet second first, and accounts
 for the CPU used meanwhile by the workers, by PostgreSQL and by everything
 else (from /proc); a run during which everything else used over 5% of the
 machine is discarded and rerun (``--retries``), and said so in the output.
+
+Async handlers (``--async-handlers``): N ``example.noop`` jobs, then N
+``example.anoop`` (``async def``, does nothing), one worker at the defaults,
+back to back; then 20 ``example.asleep`` of 0.5 s on ``--concurrency 4`` (the
+span, ideally 2.5 s).
 
 Big table (``--finished-rows``): the same throughput run, one worker at the
 default concurrency, first on an empty table, then with each given number of
@@ -72,6 +78,11 @@ TYPE = "example.noop"
 #: --flow's keyed runs: jobs of this type (concurrency_limit=1), KEYS distinct keys.
 KEYED_TYPE = "example.serial"
 KEYS = 0
+#: --async-handlers: the no-op async handler, and the sleeping one.
+ASYNC_TYPE = "example.anoop"
+ASLEEP_TYPE = "example.asleep"
+#: Added to every job's payload (the sleeping handler's seconds).
+PAYLOAD: dict[str, object] = {}
 POLL_SECONDS = 0.05
 
 
@@ -183,7 +194,7 @@ def fill(n: int) -> None:
                 for i in batch
             ]
         else:
-            rows = [{"type": TYPE, "payload": {"i": i}} for i in batch]
+            rows = [{"type": TYPE, "payload": {"i": i, **PAYLOAD}} for i in batch]
         enqueue_many(rows)
     # Fresh statistics and no dirty pages left over from the fill: every run
     # starts from the same state.
@@ -530,6 +541,23 @@ def throughput(args: argparse.Namespace, env: dict[str, str]) -> None:
 # -- flow control: limits configured but not binding, keys ---------------------
 
 
+def back_to_back(
+    n: int, env: dict[str, str], args: argparse.Namespace
+) -> tuple[dict[str, float], str]:
+    """A warm-up, then ``args.repeat`` runs of one worker at the defaults on ``n`` jobs
+    of ``TYPE``: the medians, and each run's rates (wall|span, * for a noisy run)."""
+    throughput_run(min(n, 5_000), 1, None, env)
+    runs = [
+        rerun_if_noisy(lambda: throughput_run(n, 1, None, env), args.retries)
+        for _ in range(args.repeat)
+    ]
+    med = {key: statistics.median(r[key] for r in runs) for key in runs[0] if key != "noisy"}
+    detail = ", ".join(
+        f"{n / r['wall']:,.0f}|{n / r['span']:,.0f}{'*' if r.get('noisy') else ''}" for r in runs
+    )
+    return med, detail
+
+
 def flow(args: argparse.Namespace, env: dict[str, str]) -> None:
     """Back to back: no limits; limits on the queue that never bind; 1,000 keys."""
     global TYPE, KEYS
@@ -548,25 +576,44 @@ def flow(args: argparse.Namespace, env: dict[str, str]) -> None:
     base = None
     for label, queues, job_type, keys in configurations:
         TYPE, KEYS = job_type, keys
-        run_env = {**env, "BENCH_QUEUES": json.dumps(queues)}
-        throughput_run(min(n, 5_000), 1, None, run_env)  # warm-up
-        runs = [
-            rerun_if_noisy(lambda e=run_env: throughput_run(n, 1, None, e), args.retries)
-            for _ in range(args.repeat)
-        ]
-        med = {key: statistics.median(r[key] for r in runs) for key in runs[0] if key != "noisy"}
+        med, detail = back_to_back(n, {**env, "BENCH_QUEUES": json.dumps(queues)}, args)
         rate = n / med["wall"]
         base = base or rate
-        detail = ", ".join(
-            f"{n / r['wall']:,.0f}|{n / r['span']:,.0f}{'*' if r.get('noisy') else ''}"
-            for r in runs
-        )
         print(
             f"{label:<52}{rate:>12,.0f}{n / med['span']:>12,.0f}{rate / base:>8.0%}"
             f"{med['claim_batch']:>7.1f}  {detail}",
             flush=True,
         )
     TYPE, KEYS = "example.noop", 0
+
+
+def async_handlers(args: argparse.Namespace, env: dict[str, str]) -> None:
+    """Back to back: no-op sync and no-op ``async def`` handlers, one worker at the
+    defaults; then 20 async handlers sleeping 0.5 s on ``--concurrency 4``."""
+    global TYPE, PAYLOAD
+    n = args.n
+    print(f"\n== Async handlers: {n:,} jobs, one worker at the defaults, median of {args.repeat}"
+          f" ({loadavg()})")  # fmt: skip
+    print(f"{'handler':<36}{'jobs/s wall':>12}{'jobs/s span':>12}{'vs sync':>8}{'wrk CPU':>8}"
+          f"{'claim':>7}  runs (jobs/s wall|span)")  # fmt: skip
+    base = None
+    handlers = [("example.noop (def)", TYPE), (f"{ASYNC_TYPE} (async def)", ASYNC_TYPE)]
+    for label, job_type in handlers:
+        TYPE = job_type
+        med, detail = back_to_back(n, env, args)
+        rate = n / med["wall"]
+        base = base or rate
+        print(
+            f"{label:<36}{rate:>12,.0f}{n / med['span']:>12,.0f}{rate / base:>8.0%}"
+            f"{med['worker_cpu']:>8.2f}{med['claim_batch']:>7.1f}  {detail}",
+            flush=True,
+        )
+    TYPE, PAYLOAD = ASLEEP_TYPE, {"seconds": 0.5}
+    spans = [throughput_run(20, 1, 4, env)["span"] for _ in range(args.repeat)]
+    print(f"20 x {ASLEEP_TYPE} 0.5 s, --concurrency 4: span (first claim to last outcome) "
+          f"median {statistics.median(spans):.3f} s, runs "
+          f"{', '.join(f'{s:.3f}' for s in spans)} (ideal 2.5 s)", flush=True)  # fmt: skip
+    TYPE, PAYLOAD = "example.noop", {}
 
 
 # -- a big table of finished jobs ---------------------------------------------
@@ -908,6 +955,10 @@ def main() -> None:
         "--flow", action="store_true",
         help="also measure flow control: limits that do not bind, and 1,000 concurrency keys",
     )  # fmt: skip
+    parser.add_argument(
+        "--async-handlers", action="store_true",
+        help="also measure async def handlers: no-op async against no-op sync, and 20 x 0.5 s",
+    )  # fmt: skip
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--profile", action="store_true", help="profile one worker with py-spy")
@@ -929,6 +980,8 @@ def main() -> None:
             big_table(args, env)
         if args.flow:
             flow(args, env)
+        if args.async_handlers:
+            async_handlers(args, env)
         if not args.skip_latency:
             latency(args, env)
         if args.profile:

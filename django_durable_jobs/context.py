@@ -83,7 +83,9 @@ class JobContext:
     passing on (say, as an HTTP client's timeout); the worker itself
     measures the limit on the monotonic clock, so changing the system
     clock moves neither ``cancelled`` nor the watchdog. A long handler
-    should test ``ctx.cancelled`` or call ``ctx.check()`` between steps.
+    should test ``ctx.cancelled`` or call ``ctx.check()`` between steps
+    (an ``async def`` handler's task is also cancelled when the worker
+    gives up on the attempt).
     """
 
     id: uuid.UUID

@@ -62,7 +62,9 @@ def job(
     ``@job("emails.send_welcome", queue="emails", max_attempts=8)``; bare
     ``@job`` names the type ``module.function``. The options are the
     defaults for jobs of this type: ``enqueue`` arguments override them.
-    The function is returned unchanged and stays callable directly.
+    The function is returned unchanged and stays callable directly; an
+    ``async def`` function is awaited by the worker on its event loop, in a
+    slot like any handler (docs/guides/async-handlers.md).
     ``timeout`` (seconds or a ``timedelta``) limits each attempt: at the
     deadline the attempt fails with ``JobTimeout`` (docs/guides/time-limits.md);
     a job's own ``enqueue(timeout=...)`` overrides it.

@@ -41,10 +41,10 @@ import contextvars
 import functools
 import inspect
 import logging
+import queue
 import threading
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import Executor, Future, InvalidStateError, ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import AsyncToSync, SyncToAsync, ThreadSensitiveContext
@@ -77,48 +77,50 @@ _CONTEXT_TAKES_EXECUTOR = "executor" in inspect.signature(ThreadSensitiveContext
 class SlotThreadExecutor(Executor):
     """Runs the calls submitted to it on the thread that made it, while that thread waits.
 
-    The slot thread's side of an async attempt: ``run_until(done)`` serves
-    the calls until ``done`` is done. After that a submit raises
+    The slot thread's side of an async attempt: ``serve()`` runs the
+    submitted calls, one at a time, until ``finish()`` (from the loop's
+    thread, when the coroutine has ended). After that a submit raises
     ``RuntimeError``: a task that the handler left running cannot reach a
     thread that has gone back to serving other jobs.
+
+    A ``SimpleQueue`` rather than a condition variable: the common case is
+    no call at all, only the wake-up at the end, and a queue's ``put`` and
+    ``get`` do that in C, without Python's ``Condition`` bookkeeping on
+    the loop's thread for every job.
     """
 
     def __init__(self) -> None:
         self._thread = threading.get_ident()
-        self._cond = threading.Condition(threading.Lock())
-        self._calls: deque[tuple[Future[Any], Callable[[], Any]]] = deque()
+        # A call to run, or None: the coroutine has ended.
+        self._calls: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        # Taken by submit and by the close: no call is queued after the close.
+        self._lock = threading.Lock()
         self._closed = False
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         if threading.get_ident() == self._thread:
             raise RuntimeError("a slot thread cannot submit work to itself")
         future: Future[T] = Future()
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise RuntimeError(
                     "the attempt this slot thread ran is over: a task the handler left "
                     "running cannot call sync code through it"
                 )
-            self._calls.append((future, functools.partial(fn, *args, **kwargs)))
-            self._cond.notify()
+            self._calls.put((future, functools.partial(fn, *args, **kwargs)))
         return future
 
-    def run_until(self, done: Future[Any]) -> None:
-        """Run the submitted calls, one at a time, until ``done`` is done."""
+    def finish(self) -> None:
+        """The coroutine has ended (any thread): ``serve()`` returns once the calls before
+        this are done."""
+        self._calls.put(None)
 
-        def wake(_: Future[Any]) -> None:
-            with self._cond:
-                self._cond.notify()
-
-        done.add_done_callback(wake)
-        while True:
-            with self._cond:
-                while not self._calls and not done.done():
-                    self._cond.wait()
-                if not self._calls:
-                    self._closed = True
-                    return
-                future, call = self._calls.popleft()
+    def serve(self) -> None:
+        """Run the submitted calls until ``finish()``."""
+        while (item := self._calls.get()) is not None:
+            future, call = item
             if not future.set_running_or_notify_cancel():
                 continue
             try:
@@ -127,6 +129,8 @@ class SlotThreadExecutor(Executor):
                 future.set_exception(exc)
             else:
                 future.set_result(result)
+        with self._lock:
+            self._closed = True
 
 
 class ConnectionClosingExecutor(ThreadPoolExecutor):
@@ -152,43 +156,36 @@ def _closing_connections(call: Callable[[], T]) -> T:
         connections.close_all()
 
 
-@contextlib.asynccontextmanager
-async def _sync_calls_in(executor: Executor) -> AsyncIterator[None]:
-    """Send the block's thread-sensitive ``sync_to_async`` calls to ``executor``."""
-    if _CONTEXT_TAKES_EXECUTOR:
-        async with ThreadSensitiveContext(executor=executor):  # type: ignore[call-arg,unused-ignore]
-            yield
-    else:
-        # Older asgiref: what its async_to_sync does for the thread that
-        # calls it. The task runs in a context of its own (``_Run.start``),
-        # so the setting reaches this task and its children only.
-        AsyncToSync.executors.current = executor
-        yield
-
-
-def _finish(done: Future[None]) -> None:
-    with contextlib.suppress(InvalidStateError):  # already finished (stop() raced the task)
-        done.set_result(None)
-
-
 class _Run:
     """One attempt's coroutine on the loop: its task, and how it ended."""
 
-    __slots__ = ("cancelled_by_worker", "ctx", "done", "error", "executor", "func", "task", "value")
+    __slots__ = (
+        "cancelled_by_worker", "ctx", "ended", "error", "executor", "func", "task", "value"
+    )  # fmt: skip
 
     def __init__(self, func: AsyncHandler, ctx: JobContext) -> None:
         self.func = func
         self.ctx = ctx
         self.executor = SlotThreadExecutor()
-        self.done: Future[None] = Future()
+        #: The coroutine ended, or was abandoned: what ``result()`` reads is set.
+        self.ended = False
         self.task: asyncio.Task[None] | None = None
         self.value: Any = None
         self.error: BaseException | None = None
         self.cancelled_by_worker = False
 
     async def main(self) -> None:
+        # The handler's thread-sensitive sync_to_async calls go to the slot
+        # thread's executor (see the module docstring).
         try:
-            async with _sync_calls_in(self.executor):
+            if _CONTEXT_TAKES_EXECUTOR:
+                async with ThreadSensitiveContext(executor=self.executor):  # type: ignore[call-arg,unused-ignore]
+                    self.value = await self.func(self.ctx)
+            else:
+                # Older asgiref: what its async_to_sync does for the thread
+                # that calls it. The task runs in a context of its own
+                # (``start``), so this reaches the task and its children only.
+                AsyncToSync.executors.current = self.executor
                 self.value = await self.func(self.ctx)
         except GeneratorExit:  # the coroutine is closed unfinished (the loop went away)
             self.error = RuntimeError("the worker's event loop stopped before the handler returned")
@@ -196,7 +193,12 @@ class _Run:
         except BaseException as exc:  # CancelledError, SystemExit too: the slot thread decides
             self.error = exc
         finally:
-            _finish(self.done)
+            self._end()
+
+    def _end(self) -> None:
+        if not self.ended:  # once: the coroutine's end and a stop's abandon may race
+            self.ended = True
+            self.executor.finish()
 
     # -- on the loop's thread ---------------------------------------------
 
@@ -240,10 +242,11 @@ class _Run:
         raise error
 
     def abandon(self) -> None:
-        """The loop stopped with the task unfinished: let the slot thread go."""
-        if not self.done.done():
+        """The loop stopped with the task unfinished (or never started it): let the slot
+        thread go."""
+        if not self.ended:
             self.error = RuntimeError("the worker's event loop stopped before the handler returned")
-            _finish(self.done)
+            self._end()
 
 
 class EventLoop:
@@ -278,28 +281,33 @@ class EventLoop:
         read where it is.
         """
         run = _Run(func, ctx)
+        loop = self._loop if self._loop is not None and not self._stopped else self._start()
         # The slot thread's asgiref state (which loop an async_to_sync in a
         # later sync handler would use): put back as it was, so that one
         # async job does not tie the thread's next jobs to this loop.
         thread_state = vars(SyncToAsync.threadlocal)
         saved = dict(thread_state)
-        with self._lock:
-            loop = self._started_loop()
-            # Under the lock: a stop() after this sees the run and frees it.
-            self._runs.add(run)
-            loop.call_soon_threadsafe(run.start, loop)
+        # No lock on the hot path: a stop() frees the runs it finds in the
+        # set, and one added after its look sees _stopped (set before it).
+        self._runs.add(run)
         try:
+            if self._stopped:
+                run.abandon()
+            else:
+                try:
+                    loop.call_soon_threadsafe(run.start, loop)
+                except RuntimeError:  # the loop closed meanwhile
+                    run.abandon()
             if attempt is not None:
                 attempt.task_stack = functools.partial(self._stack, run)
                 attempt.cancel.on_give_up(functools.partial(self._cancel_soon, loop, run))
             try:
-                run.executor.run_until(run.done)
+                run.executor.serve()
             finally:
                 if attempt is not None:
                     attempt.cancel.on_give_up(None)
         finally:
-            with self._lock:
-                self._runs.discard(run)
+            self._runs.discard(run)
             thread_state.clear()
             thread_state.update(saved)
         return run.result()
@@ -320,15 +328,17 @@ class EventLoop:
                 "blocks it (a sync call in an async def handler?)",
                 timeout,
             )
-        with self._lock:
-            left = list(self._runs)
-        for run in left:
+        for run in list(self._runs):
             run.abandon()
 
     # -- internals --------------------------------------------------------
 
+    def _start(self) -> asyncio.AbstractEventLoop:
+        """The loop, started now if this is the first async job."""
+        with self._lock:
+            return self._started_loop()
+
     def _started_loop(self) -> asyncio.AbstractEventLoop:
-        """The loop, started now if this is the first async job (the caller holds the lock)."""
         if self._stopped:
             raise RuntimeError("the worker's event loop is stopped: no async handler can start")
         if self._loop is None:

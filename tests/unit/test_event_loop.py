@@ -10,7 +10,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import Future
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -72,9 +71,8 @@ def test_a_callback_registered_after_the_give_up_runs_at_once_and_none_forgets_i
 # --- the slot thread's executor ----------------------------------------------------
 
 
-def test_the_slot_thread_runs_the_calls_submitted_while_it_waits() -> None:
+def test_the_slot_thread_runs_the_calls_submitted_until_the_finish() -> None:
     executor = SlotThreadExecutor()
-    done: Future[None] = Future()
     ran_on: list[str] = []
     results: list[int] = []
 
@@ -85,10 +83,10 @@ def test_the_slot_thread_runs_the_calls_submitted_while_it_waits() -> None:
     def elsewhere() -> None:
         first, second = executor.submit(where), executor.submit(lambda: 2)
         results.append(first.result(5) + second.result(5))
-        done.set_result(None)
+        executor.finish()
 
     threading.Thread(target=elsewhere, name="other").start()
-    executor.run_until(done)
+    executor.serve()
     assert results == [3]
     assert ran_on == [threading.current_thread().name]
     late: list[BaseException] = []
