@@ -19,6 +19,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .constants import (
     CLAIM_INDEX,
+    CLAIM_KEYED_INDEX,
     CLAIM_QUEUE_INDEX,
     CONCURRENCY_KEY_MAX_LENGTH,
     CREATED_INDEX,
@@ -209,6 +210,14 @@ class Job(models.Model):
                 fields=["type", "concurrency_key"],
                 name=KEY_RUNNING_INDEX,
                 condition=Q(status="running", concurrency_key__isnull=False),
+            ),
+            # The keyed claim's first read: pending jobs with a key, in claim
+            # order, without reading past the jobs without one (a backlog of
+            # those ahead would make every keyed claim read all of it).
+            models.Index(
+                fields=["-priority", "available_at", "created_at"],
+                name=CLAIM_KEYED_INDEX,
+                condition=Q(status="pending", concurrency_key__isnull=False),
             ),
         ]
         constraints = [
