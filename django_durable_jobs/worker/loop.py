@@ -453,7 +453,7 @@ class Worker:
         elif self._group_by_queue is not None:
             plain = [(g, room) for g, room in asks if g.label not in self._limits]
             if plain:
-                got = db.claim_per_queue(
+                unkeyed = db.claim_per_queue(
                     c.alias,
                     worker_id=c.worker_id,
                     lease_seconds=c.lease_seconds,
@@ -461,15 +461,15 @@ class Worker:
                     keyed_types=keyed,
                     excluded=self._paused_now,
                 )
-                if keyed and not got:  # every queue short; some may be short only
+                if keyed and not unkeyed:  # every queue short; some may be short only
                     self._plain_short_until = self._plain_recheck_at(now)
-                jobs += got
+                jobs += unkeyed
         else:
             ((group, room),) = asks
             only_limited = group.queues is not None and group.queues <= self._limits.keys()
             want = room - len(jobs)
             if want > 0 and not only_limited:
-                got = db.claim(
+                unkeyed = db.claim(
                     c.alias,
                     worker_id=c.worker_id,
                     lease_seconds=c.lease_seconds,
@@ -478,9 +478,9 @@ class Worker:
                     excluded=self._limits.keys() | self._paused_now,
                     keyed_types=keyed,
                 )
-                if keyed and len(got) < want:
+                if keyed and len(unkeyed) < want:
                     self._plain_short_until = self._plain_recheck_at(now)
-                jobs += got
+                jobs += unkeyed
         if keyed:
             jobs += self._claim_keyed(asks, jobs)
         now = time.monotonic()
