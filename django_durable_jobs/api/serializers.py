@@ -363,6 +363,7 @@ class StatusCountsSerializer(serializers.Serializer[dict[str, Any]]):
     completed = serializers.IntegerField()
     dead = serializers.IntegerField()
     cancelled = serializers.IntegerField()
+    waiting = serializers.IntegerField(help_text="Waiting for their parents (depends_on).")
 
 
 class QueueLimitsSerializer(serializers.Serializer[dict[str, Any]]):

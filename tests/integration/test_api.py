@@ -461,7 +461,7 @@ def test_stats_counts_by_queue_and_status(staff: Api, slash: str) -> None:
     stats = staff.get(f"/api/jobs/stats{slash}").json()
     assert stats["total"] == 3
     assert stats["statuses"] == {
-        "pending": 2, "running": 0, "completed": 0, "dead": 1, "cancelled": 0,
+        "pending": 2, "running": 0, "completed": 0, "dead": 1, "cancelled": 0, "waiting": 0,
     }  # fmt: skip
     default, low = stats["queues"]["default"], stats["queues"]["low"]
     assert (default["pending"], default["dead"], default["total"]) == (1, 1, 2)
