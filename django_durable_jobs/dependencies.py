@@ -38,10 +38,10 @@ def chain(*specs: Mapping[str, Any], using: str | None = None) -> list[EnqueueRe
     alias = db.database_alias(using)
     results: list[EnqueueResult] = []
     with transaction.atomic(using=alias):
-        for spec in parsed:
+        for index, spec in enumerate(parsed):
             if results:
                 spec = _after(spec, [results[-1].job.pk])
-            results.extend(insert_specs(alias, [spec]))
+            results.extend(insert_specs(alias, [spec], names=[f"chain[{index}]"]))
     return results
 
 
@@ -65,10 +65,11 @@ def group(
     callback = None if then is None else spec_from_item(None, then, defaults, name="then")
     alias = db.database_alias(using)
     with transaction.atomic(using=alias):
-        results = insert_specs(alias, members, many=True) if members else []
+        names = [f"group[{index}]" for index in range(len(members))]
+        results = insert_specs(alias, members, names=names) if members else []
         if callback is not None:
             parents = [result.job.pk for result in results]
-            results.extend(insert_specs(alias, [_after(callback, parents)]))
+            results.extend(insert_specs(alias, [_after(callback, parents)], names=["then"]))
     return results
 
 

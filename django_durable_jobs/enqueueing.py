@@ -154,7 +154,7 @@ def enqueue_many(
         return []
     alias = db.database_alias(using)
     with transaction.atomic(using=alias):
-        return insert_specs(alias, specs, many=True)
+        return insert_specs(alias, specs, names=[f"jobs[{i}]" for i in range(len(specs))])
 
 
 def spec_from_item(
@@ -176,11 +176,12 @@ def spec_from_item(
 
 
 def insert_specs(
-    alias: str, specs: Sequence[JobSpec], *, many: bool = False
+    alias: str, specs: Sequence[JobSpec], *, names: Sequence[str] | None = None
 ) -> list[EnqueueResult]:
     """Insert validated ``specs`` (or find their keys' jobs); one result per spec, in order.
 
-    ``many``: the specs came from ``enqueue_many`` (errors name ``jobs[i]``).
+    ``names``: what the caller calls each spec in errors (``jobs[0]``...);
+    None: a lone ``enqueue`` call's arguments.
     """
     results: list[EnqueueResult | None] = [None] * len(specs)
     todo = list(range(len(specs)))
@@ -196,7 +197,7 @@ def insert_specs(
         if with_parents:
             inserted, missing = db.insert_jobs_with_parents(batch, ids, using=alias)
             if missing:
-                raise _unknown_parents(specs, missing, many=many)
+                raise _unknown_parents(specs, missing, names)
         else:
             inserted = db.insert_jobs(batch, ids, using=alias)
         replays = []
@@ -230,13 +231,13 @@ def insert_specs(
 
 
 def _unknown_parents(
-    specs: Sequence[JobSpec], missing: Collection[uuid.UUID], *, many: bool
+    specs: Sequence[JobSpec], missing: Collection[uuid.UUID], names: Sequence[str] | None
 ) -> InvalidJob:
-    """The error for parents that do not exist, on the first item that names one."""
+    """The error for parents that do not exist, on the first spec that names one."""
     unknown = set(missing)
     index, spec = next((i, s) for i, s in enumerate(specs) if unknown.intersection(s.parents))
     named = [str(parent) for parent in spec.parents if parent in unknown]
-    field = f"jobs[{index}].depends_on" if many else "depends_on"
+    field = "depends_on" if names is None else f"{names[index]}.depends_on"
     return InvalidJob(
         field,
         f"no job with id {', '.join(named)} (a parent must exist before its child is "

@@ -8,6 +8,7 @@ everywhere else.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta
 
 from django.db import models
@@ -300,6 +301,24 @@ class Job(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
+
+    def parent_ids(self) -> list[uuid.UUID]:
+        """The jobs this one waits (or waited) for (``depends_on``), oldest first.
+
+        No query for a job enqueued without parents. A parent pruned since
+        is missing.
+        """
+        if not self.parent_count:
+            return []
+        edges = JobDependency.objects.using(self._state.db).filter(child_id=self.pk)
+        return list(edges.order_by("parent_id").values_list("parent_id", flat=True))
+
+    def dependent_ids(self) -> list[uuid.UUID]:
+        """The jobs enqueued to wait for this one, oldest first; no query if there are none."""
+        if not self.dependent_count:
+            return []
+        edges = JobDependency.objects.using(self._state.db).filter(parent_id=self.pk)
+        return list(edges.order_by("child_id").values_list("child_id", flat=True))
 
 
 class JobDependency(models.Model):

@@ -396,6 +396,9 @@ class Worker:
                         # worker at that moment) has runnable jobs too.
                         busy = (
                             self.attempts.busy()
+                            # An outcome not written yet may release waiting
+                            # jobs (depends_on) when it is.
+                            or self.completer.backlog() > 0
                             or any(g.more_waiting for g in self._groups)
                             or bool(self._throttled_until)
                             # A claim that ran beside jobs of a limited queue

@@ -217,3 +217,17 @@ def ignores_cancel(ctx: JobContext) -> dict[str, bool]:
     while time.monotonic() < until:
         time.sleep(0.05)
     return {"ignored": True}
+
+
+@job("tests.value")
+def value(ctx: JobContext) -> Any:
+    """Record the execution; return ``payload["value"]``."""
+    Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+    return ctx.payload.get("value")
+
+
+@job("tests.parents")
+def parents(ctx: JobContext) -> dict[str, Any]:
+    """Record the execution; return ``ctx.parent_results`` (ids as text)."""
+    Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+    return {str(parent): result for parent, result in ctx.parent_results.items()}
