@@ -376,6 +376,10 @@ class Worker:
                 # Whether jobs were in flight when this claim began: their
                 # ends may free a slot a limit or a busy key held.
                 ran_before = self.attempts.busy()
+                # Or whose outcomes were not written yet: writing one may make
+                # waiting jobs (depends_on) runnable after this claim looked,
+                # so a burst claims once more before it decides to exit.
+                unwritten_before = c.burst and (ran_before or self.attempts.outcomes_unwritten())
                 try:
                     jobs = self._claim(asks)
                     claim_failures = 0
@@ -396,9 +400,7 @@ class Worker:
                         # worker at that moment) has runnable jobs too.
                         busy = (
                             self.attempts.busy()
-                            # An outcome not written yet may release waiting
-                            # jobs (depends_on) when it is.
-                            or self.completer.backlog() > 0
+                            or unwritten_before
                             or any(g.more_waiting for g in self._groups)
                             or bool(self._throttled_until)
                             # A claim that ran beside jobs of a limited queue
