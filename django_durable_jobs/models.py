@@ -196,10 +196,12 @@ class Job(models.Model):
         db_default=0,
         help_text=_("Parents not finished yet; the job becomes pending at 0."),
     )
-    # Also a version: every child enqueued adds one, under the parent's row
-    # lock, and the worker's outcome carries the count it knows, so an
-    # outcome written from an older snapshot than the newest child's
-    # enqueue is refused and written again (db.record_outcomes).
+    # Read by the claim: a job claimed at 0 has its outcome written by the one
+    # statement of a job without dependents, which also checks the row is
+    # still at 0. A child enqueued since (it adds one under the parent's row
+    # lock, perhaps after that statement's snapshot) makes the check fail, and
+    # the outcome is written again in a transaction that releases the
+    # children (db.record_outcomes).
     dependent_count = models.PositiveIntegerField(
         _("dependents"),
         default=0,
@@ -308,17 +310,18 @@ class Job(models.Model):
         No query for a job enqueued without parents. A parent pruned since
         is missing.
         """
-        if not self.parent_count:
-            return []
-        edges = JobDependency.objects.using(self._state.db).filter(child_id=self.pk)
-        return list(edges.order_by("parent_id").values_list("parent_id", flat=True))
+        return self._linked_ids(self.parent_count, "child_id", "parent_id")
 
     def dependent_ids(self) -> list[uuid.UUID]:
         """The jobs enqueued to wait for this one, oldest first; no query if there are none."""
-        if not self.dependent_count:
+        return self._linked_ids(self.dependent_count, "parent_id", "child_id")
+
+    def _linked_ids(self, count: int, this_end: str, other_end: str) -> list[uuid.UUID]:
+        """The other ends of this job's edges where it is ``this_end``; no query at 0."""
+        if not count:
             return []
-        edges = JobDependency.objects.using(self._state.db).filter(parent_id=self.pk)
-        return list(edges.order_by("child_id").values_list("child_id", flat=True))
+        edges = JobDependency.objects.using(self._state.db).filter(**{this_end: self.pk})
+        return list(edges.order_by(other_end).values_list(other_end, flat=True))
 
 
 class JobDependency(models.Model):

@@ -21,14 +21,8 @@ VALUES (
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, available_at, created_at, pg_notify(%(channel)s, queue);
 
--- insert_jobs --
--- Insert a batch of jobs, given as one JSON array of rows, in one statement; skip rows whose idempotency key is taken; NOTIFY each queue that received a job (delivered at commit). Returns the ids inserted and the database's now().
-WITH input AS (
-    -- One JSON document rather than nine arrays: encoding it is one C call
-    -- in Python, and PostgreSQL parses it faster than it binds the arrays.
-    -- Row: [id, type, queue, payload, idempotency_key, priority,
-    --       max_attempts, delay_us, run_at, timeout, concurrency_key]
-    SELECT
+-- _job_columns --
+-- A fragment (see queries.py): the columns of one row of insert_jobs' JSON document, `row`: [id, type, queue, payload, idempotency_key, priority, max_attempts, delay_us, run_at, timeout, concurrency_key].
         (row->>0)::uuid AS id,
         row->>1 AS type,
         row->>2 AS queue,
@@ -40,6 +34,14 @@ WITH input AS (
         (row->>8)::timestamptz AS run_at,
         (row->>9)::float8 AS timeout,
         row->>10 AS concurrency_key
+
+-- insert_jobs --
+-- Insert a batch of jobs, given as one JSON array of rows, in one statement; skip rows whose idempotency key is taken; NOTIFY each queue that received a job (delivered at commit). Returns the ids inserted and the database's now().
+WITH input AS (
+    -- One JSON document rather than nine arrays: encoding it is one C call
+    -- in Python, and PostgreSQL parses it faster than it binds the arrays.
+    SELECT
+<<_job_columns>>
     FROM jsonb_array_elements(%(jobs)s::jsonb) AS row
 ),
 inserted AS (
@@ -113,17 +115,7 @@ WITH input AS (
     -- Row: insert_jobs' eleven columns, then on_parent_failure and the
     -- parents' ids (a JSON array, without duplicates).
     SELECT
-        (row->>0)::uuid AS id,
-        row->>1 AS type,
-        row->>2 AS queue,
-        row->3 AS payload,
-        row->>4 AS idempotency_key,
-        (row->>5)::smallint AS priority,
-        (row->>6)::integer AS max_attempts,
-        (row->>7)::bigint AS delay_us,
-        (row->>8)::timestamptz AS run_at,
-        (row->>9)::float8 AS timeout,
-        row->>10 AS concurrency_key,
+<<_job_columns>>,
         row->>11 AS on_parent_failure,
         row->12 AS parents
     FROM jsonb_array_elements(%(jobs)s::jsonb) AS row

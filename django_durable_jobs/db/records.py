@@ -62,9 +62,10 @@ class Outcome(NamedTuple):
     #: Not written: once written, tell ``hooks.jobs_finished`` (the job ended
     #: without its handler saying so: dead at its time limit, or reaped dead).
     announce: bool = False
-    #: The job's ``dependent_count`` as the worker knows it. The write is
-    #: refused if the row has another (a child was enqueued since), and
-    #: ``db.record_outcomes`` writes it again with the row's: 0 is always safe.
+    #: The job's ``dependent_count`` as of its claim: more than 0 and
+    #: ``db.record_outcomes`` writes it in a transaction that releases the
+    #: children. 0 is always safe: a job that has dependents after all is
+    #: refused by the one-statement write, then written that way.
     dependent_count: int = 0
 
 
