@@ -27,6 +27,7 @@ Two paths to the connection:
 from __future__ import annotations
 
 import json
+import operator
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -626,6 +627,8 @@ class _DirectStatements:
         return self.conn.transaction()
 
 
+_job_id = operator.attrgetter("job_id")
+
 #: The statuses that end a job, which release its children.
 _ENDED = frozenset({"completed", "dead", "cancelled"})
 
@@ -648,6 +651,11 @@ def record_outcomes(
 def _record_outcomes(
     statements: _Statements, outcomes: Sequence[Outcome], history_limit: int
 ) -> set[uuid.UUID]:
+    # In id order, the order in which an enqueue locks its parents: a batch
+    # that ends two parents of a child being enqueued then waits for that
+    # enqueue instead of deadlocking with it (the UPDATE locks its rows in
+    # the order it reads the outcomes).
+    outcomes = sorted(outcomes, key=_job_id)
     if any(outcome.dependent_count for outcome in outcomes):
         return _record_and_release(statements, outcomes, history_limit)
     rows = statements.run("record_outcomes", _outcomes_params(outcomes, history_limit))

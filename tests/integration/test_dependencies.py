@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 import random
+import threading
 import uuid
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connections, transaction
 
 from django_durable_jobs import InvalidJob, chain, db, enqueue, enqueue_many, group, operations
 from django_durable_jobs.constants import PRIORITY_MAX
@@ -24,7 +25,7 @@ from django_durable_jobs.models import Job, JobDependency, JobStatus
 from django_durable_jobs.worker.outcomes import Failure, complete, dead
 from tests.factories import expire, reaper
 
-from .helpers import run_in_threads
+from .helpers import new_connection, run_in_threads, wait_for_lock_waiters
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -209,7 +210,6 @@ def test_a_completed_parent_releases_its_child_in_its_statement() -> None:
 
 
 def test_a_released_child_wakes_the_workers_of_its_queue() -> None:
-    from .helpers import new_connection
 
     parent = enqueue(T).job
     enqueue(T, depends_on=[parent], queue="later")
@@ -436,18 +436,58 @@ def test_a_child_enqueued_while_its_parent_completes_is_never_left_waiting() -> 
         parent = enqueue(T).job
         claimed = claim(parent)
         outcome = complete(claimed, "null") if round_ % 2 else fail(claimed)
-        child, _ = run_in_threads(2, functools.partial(enqueue_or_finish, parent, outcome))
+        child, _ = run_in_threads(2, functools.partial(enqueue_or_finish, [parent], [outcome]))
         assert isinstance(child, Job)
         expected = "pending" if round_ % 2 else "cancelled"
         assert status(child) == expected, f"round {round_}: enqueued {child.status}"
         Job.objects.filter(pk=child.pk).update(status=JobStatus.COMPLETED)
 
 
-def enqueue_or_finish(parent: Job, outcome: Outcome, index: int) -> Job | set[uuid.UUID]:
-    """Thread 0 enqueues a child of ``parent``, thread 1 writes its ``outcome``."""
+def enqueue_or_finish(
+    parents: list[Job], outcomes: list[Outcome], index: int
+) -> Job | set[uuid.UUID]:
+    """Thread 0 enqueues a child of ``parents``, thread 1 writes their ``outcomes``."""
     if index == 0:
-        return enqueue(T, depends_on=[parent]).job
-    return finish(outcome)
+        return enqueue(T, depends_on=parents).job
+    return finish(*outcomes)
+
+
+def test_one_batch_ending_two_parents_of_a_child_being_enqueued_does_not_deadlock() -> None:
+    first, second = sorted((enqueue(T).job, enqueue(T).job), key=lambda job: job.pk)
+    # The outcomes in the order opposite to the enqueue's locks (by id).
+    outcomes = [complete(claim(second), "2"), complete(claim(first), "1")]
+    results: dict[str, Any] = {}
+
+    def run(name: str, call: Any) -> None:
+        try:
+            results[name] = call()
+        except Exception as exc:
+            results[name] = exc
+        finally:
+            connections.close_all()
+
+    holder = new_connection(autocommit=False)
+    try:
+        # Another session holds the first parent, so the enqueue waits there,
+        # then the batch (it would lock the second parent, then wait too).
+        holder.execute("SELECT id FROM durable_jobs_job WHERE id = %s FOR UPDATE", [first.pk])
+        enqueuer = threading.Thread(
+            target=run, args=("child", lambda: enqueue(T, depends_on=[first, second]).job)
+        )
+        enqueuer.start()
+        wait_for_lock_waiters(1)
+        writer = threading.Thread(target=run, args=("written", lambda: finish(*outcomes)))
+        writer.start()
+        wait_for_lock_waiters(2)
+    finally:
+        holder.rollback()
+        holder.close()
+    enqueuer.join(30)
+    writer.join(30)
+    assert results["written"] == {first.pk, second.pk}, results
+    child = results["child"]
+    assert isinstance(child, Job), results
+    assert status(child) == "pending"
 
 
 def test_concurrent_enqueues_sharing_parents_do_not_deadlock() -> None:
