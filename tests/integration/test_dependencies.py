@@ -210,7 +210,6 @@ def test_a_completed_parent_releases_its_child_in_its_statement() -> None:
 
 
 def test_a_released_child_wakes_the_workers_of_its_queue() -> None:
-
     parent = enqueue(T).job
     enqueue(T, depends_on=[parent], queue="later")
     claimed = claim(parent)
