@@ -144,7 +144,7 @@ def reset(keep_finished: bool = False) -> None:
     if keep_finished:
         sql("DELETE FROM durable_jobs_job WHERE type <> %s", [FILLER_TYPE])
     else:
-        sql("TRUNCATE durable_jobs_job")
+        sql("TRUNCATE durable_jobs_job CASCADE")
 
 
 def fill_finished(rows: int) -> None:
@@ -157,7 +157,7 @@ def fill_finished(rows: int) -> None:
     """
     ((have,),) = sql("SELECT count(*) FROM durable_jobs_job WHERE type = %s", [FILLER_TYPE])
     if have > rows:
-        sql("TRUNCATE durable_jobs_job")
+        sql("TRUNCATE durable_jobs_job CASCADE")
         have = 0
     chunk = 500_000
     while have < rows:

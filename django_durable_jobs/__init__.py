@@ -25,6 +25,7 @@ from .registry import job
 
 if TYPE_CHECKING:
     from .context import JobContext
+    from .dependencies import chain, group
     from .enqueueing import EnqueueResult, enqueue, enqueue_many
     from .pausing import pause_queue, paused_queues, resume_queue
 
@@ -43,8 +44,10 @@ __all__ = [
     "JobTimeout",
     "Retry",
     "__version__",
+    "chain",
     "enqueue",
     "enqueue_many",
+    "group",
     "job",
     "pause_queue",
     "paused_queues",
@@ -52,6 +55,8 @@ __all__ = [
 ]
 
 _LAZY = {
+    "chain": "dependencies",
+    "group": "dependencies",
     "enqueue": "enqueueing",
     "enqueue_many": "enqueueing",
     "EnqueueResult": "enqueueing",

@@ -70,6 +70,8 @@ else:
 ERROR_HEAD_CHARS = 200
 #: Characters of the error's first line shown in the list.
 ERROR_COLUMN_CHARS = 80
+#: Parents or dependents linked on a job's page (a group's callback may have thousands).
+MAX_JOB_LINKS = 100
 
 
 class EstimatedCountPaginator(_Paginator):
@@ -321,6 +323,10 @@ class JobAdmin(_JobModelAdmin):
                 )
             },
         ),
+        (
+            _("Dependencies"),
+            {"fields": ("parents_display", "children_display", "on_parent_failure", "waiting_on")},
+        ),
         (_("Payload and result"), {"fields": ("payload_display", "result_display")}),
         (_("Errors"), {"fields": ("last_error_display", "error_history")}),
         (
@@ -347,6 +353,10 @@ class JobAdmin(_JobModelAdmin):
         "started_at",
         "cancel_requested_at",
         "completed_at",
+        "parents_display",
+        "children_display",
+        "on_parent_failure",
+        "waiting_on",
         "payload_display",
         "result_display",
         "last_error_display",
@@ -419,6 +429,35 @@ class JobAdmin(_JobModelAdmin):
 
     # -- the change page: everything escaped, in <pre> where it is text -----
 
+    @admin.display(description=_("waits for"))
+    def parents_display(self, obj: Job) -> SafeString | str:
+        """The jobs it was enqueued to wait for, each a link with its status."""
+        return self._job_links(obj.parent_ids())
+
+    @admin.display(description=_("dependents"))
+    def children_display(self, obj: Job) -> SafeString | str:
+        """The jobs enqueued to wait for it, each a link with its status."""
+        return self._job_links(obj.dependent_ids())
+
+    def _job_links(self, ids: list[uuid.UUID]) -> SafeString | str:
+        """Links to the first ``MAX_JOB_LINKS`` of ``ids`` (one query), and how many more."""
+        if not ids:
+            return "-"
+        shown = ids[:MAX_JOB_LINKS]
+        statuses = dict(Job.objects.filter(pk__in=shown).values_list("pk", "status"))
+        links = format_html_join(
+            ", ",
+            '<a href="{}">{}</a> ({})',
+            (
+                (reverse("admin:durable_jobs_job_change", args=[pk]), pk, statuses.get(pk, "?"))
+                for pk in shown
+            ),
+        )
+        more = len(ids) - len(shown)
+        if more:
+            return format_html("{} {}", links, _("and %(count)d more") % {"count": more})
+        return links
+
     @admin.display(description=_("payload"))
     def payload_display(self, obj: Job) -> SafeString:
         return _json_pre(obj.payload)
@@ -487,7 +526,8 @@ class JobAdmin(_JobModelAdmin):
         )
 
     @admin.action(
-        permissions=["change"], description=_("Cancel selected jobs (pending or running)")
+        permissions=["change"],
+        description=_("Cancel selected jobs (pending, waiting or running)"),
     )
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         result = operations.cancel_many(queryset.values_list("pk", flat=True), using=queryset.db)
@@ -513,8 +553,10 @@ class JobAdmin(_JobModelAdmin):
             ngettext("%(count)d job was cancelled.", "%(count)d jobs were cancelled.", changed)
             % {"count": changed},
             ngettext(
-                "%(count)d job was skipped: only pending or running jobs can be cancelled.",
-                "%(count)d jobs were skipped: only pending or running jobs can be cancelled.",
+                "%(count)d job was skipped: only pending, waiting or running jobs can be "
+                "cancelled.",
+                "%(count)d jobs were skipped: only pending, waiting or running jobs can be "
+                "cancelled.",
                 skipped,
             )
             % {"count": skipped},

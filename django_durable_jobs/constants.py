@@ -42,6 +42,7 @@ CLAIM_INDEX = "durable_jobs_claim_idx"
 CLAIM_QUEUE_INDEX = "durable_jobs_claim_queue_idx"
 LEASE_INDEX = "durable_jobs_lease_idx"
 KEY_PENDING_INDEX = "durable_jobs_key_pending_idx"
+CLAIM_KEYED_INDEX = "durable_jobs_claim_keyed_idx"
 KEY_RUNNING_INDEX = "durable_jobs_key_running_idx"
 STATUS_INDEX = "durable_jobs_status_idx"
 CREATED_INDEX = "durable_jobs_created_idx"
@@ -49,6 +50,10 @@ TYPE_INDEX = "durable_jobs_type_idx"
 QUEUE_INDEX = "durable_jobs_queue_idx"
 FINISHED_INDEX = "durable_jobs_finished_idx"
 IDEMPOTENCY_CONSTRAINT = "durable_jobs_idempotency_key_uniq"
+DEPENDENCY_UNIQUE = "durable_jobs_dep_uniq"
+DEPENDENCY_PARENT_INDEX = "durable_jobs_dep_parent_idx"
+#: The most parents one job may wait for (``depends_on``).
+DEPENDS_ON_MAX = 10_000
 # A cancel of a running job is NOTIFYed on the queue's channel with this
 # prefix before the job's id. Queue names (the enqueue notifications'
 # payload) cannot contain ":", so the two never mix.

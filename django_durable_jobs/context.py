@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from .exceptions import JobCancelled, JobTimeout
@@ -104,6 +105,24 @@ class JobContext:
     # lost, shutdown). Private: handlers read `cancelled`.
     _deadline_monotonic: float | None = field(default=None, repr=False, compare=False)
     _cancel: CancelFlag | None = field(default=None, repr=False, compare=False)
+    # How many parents the job was enqueued with (depends_on), from the
+    # claim: 0 and parent_results needs no query.
+    _parent_count: int = field(default=0, repr=False, compare=False)
+
+    @cached_property
+    def parent_results(self) -> dict[uuid.UUID, Any]:
+        """``{parent id: its result}`` for the jobs this one was enqueued to wait for.
+
+        Read once, on first use (one query; none for a job without parents).
+        A parent that ended dead or cancelled (its child ran anyway, with
+        ``on_parent_failure="run"``) maps to ``None``, as does one whose
+        handler returned nothing; a parent pruned since is missing.
+        """
+        if not self._parent_count:
+            return {}
+        from .dependencies import parent_results  # needs the models
+
+        return parent_results(self.id)
 
     @property
     def is_last_attempt(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,7 +19,7 @@ from django.db import transaction
 from . import db, metrics
 from .exceptions import DurableJobsError, IdempotencyConflict, InvalidJob
 from .ids import new_job_id
-from .models import Job, JobStatus
+from .models import Job, JobDependency, JobStatus
 from .validation import Defaults, JobSpec, build_spec
 
 logger = logging.getLogger(__name__)
@@ -36,6 +36,8 @@ ENQUEUE_ARGUMENTS = frozenset(
         "run_at",
         "timeout",
         "concurrency_key",
+        "depends_on",
+        "on_parent_failure",
     }
 )
 # A replay finds the key's row gone only if it was deleted between our
@@ -88,6 +90,8 @@ def enqueue(
     run_at: datetime | None = None,
     timeout: timedelta | float | None = None,
     concurrency_key: str | None = None,
+    depends_on: Iterable[Any] | None = None,
+    on_parent_failure: str | None = None,
     using: str | None = None,
 ) -> EnqueueResult:
     """Create a job of ``type`` with ``payload``, or return the one holding ``idempotency_key``.
@@ -95,9 +99,22 @@ def enqueue(
     ``timeout`` (seconds or a ``timedelta``) limits each attempt of this job,
     overriding the handler's ``timeout`` and ``TIMEOUT_SECONDS``.
 
+    ``depends_on`` (jobs, ``enqueue`` results or job ids, which must exist)
+    makes the job ``waiting`` until every one of them has completed; it
+    becomes ``pending`` in the transaction that records the last one's
+    completion. When a parent ends ``dead`` or ``cancelled``, the job is
+    cancelled (its ``last_error`` names the parent), or, with
+    ``on_parent_failure="run"``, runs anyway once the others are done.
+    Parents already finished count at once: a job whose parents have all
+    completed is created ``pending``, one with a failed parent (and
+    ``"cancel"``) is created ``cancelled``. The handler reads the parents'
+    results in ``ctx.parent_results``. Raises ``InvalidJob`` naming the
+    parents that do not exist (nothing is stored).
+
     The same key with the same type, queue, payload, priority,
-    ``max_attempts`` and ``timeout`` returns the existing job with ``created=False``; with
-    any of them different it raises ``IdempotencyConflict``. Raises
+    ``max_attempts``, ``timeout``, parents and ``on_parent_failure`` returns the existing
+    job (waiting or not) with ``created=False``; with any of them different it raises
+    ``IdempotencyConflict``. Raises
     ``InvalidJob`` (a ``ValueError``) before touching the database when an
     argument is invalid. Unregistered types are allowed: the handler may
     live in another codebase.
@@ -113,9 +130,11 @@ def enqueue(
         run_at=run_at,
         timeout=timeout,
         concurrency_key=concurrency_key,
+        depends_on=depends_on,
+        on_parent_failure=on_parent_failure,
     )
     # One statement, so atomic on its own: no transaction needed here.
-    return _insert(db.database_alias(using), [spec])[0]
+    return insert_specs(db.database_alias(using), [spec])[0]
 
 
 def enqueue_many(
@@ -125,47 +144,68 @@ def enqueue_many(
 
     Each item takes ``enqueue``'s argument names. All or nothing: an invalid
     item or an idempotency conflict raises and leaves no job from this call.
+    An item's ``depends_on`` names jobs that exist before the call: an item
+    cannot wait for another item of the same call (their ids are made by
+    the call); ``chain`` and ``group`` do that.
     """
     defaults = Defaults.from_settings()
-    specs = [_spec_from_item(index, item, defaults) for index, item in enumerate(jobs)]
+    specs = [spec_from_item(index, item, defaults) for index, item in enumerate(jobs)]
     if not specs:
         return []
     alias = db.database_alias(using)
     with transaction.atomic(using=alias):
-        return _insert(alias, specs)
+        return insert_specs(alias, specs, names=[f"jobs[{i}]" for i in range(len(specs))])
 
 
-def _spec_from_item(index: int, item: Mapping[str, Any], defaults: Defaults) -> JobSpec:
+def spec_from_item(
+    index: int | None, item: Mapping[str, Any], defaults: Defaults, *, name: str = "jobs"
+) -> JobSpec:
+    """``item`` (a dict of ``enqueue``'s arguments) validated; errors name ``name[index]``."""
+    where = name if index is None else f"{name}[{index}]"
     if not isinstance(item, Mapping):
-        raise InvalidJob(f"jobs[{index}]", f"must be a dict, not {type(item).__name__}.")
+        raise InvalidJob(where, f"must be a dict, not {type(item).__name__}.")
     unknown = set(item) - ENQUEUE_ARGUMENTS
     if unknown:
-        raise InvalidJob(f"jobs[{index}]", f"unknown argument(s): {', '.join(sorted(unknown))}.")
+        raise InvalidJob(where, f"unknown argument(s): {', '.join(sorted(unknown))}.")
     if "type" not in item:
-        raise InvalidJob(f"jobs[{index}].type", "is required.")
+        raise InvalidJob(f"{where}.type", "is required.")
     try:
         return build_spec(**item, defaults=defaults)
     except InvalidJob as exc:
-        raise InvalidJob(f"jobs[{index}].{exc.field}", exc.message, code=exc.code) from None
+        raise InvalidJob(f"{where}.{exc.field}", exc.message, code=exc.code) from None
 
 
-def _insert(alias: str, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+def insert_specs(
+    alias: str, specs: Sequence[JobSpec], *, names: Sequence[str] | None = None
+) -> list[EnqueueResult]:
+    """Insert validated ``specs`` (or find their keys' jobs); one result per spec, in order.
+
+    ``names``: what the caller calls each spec in errors (``jobs[0]``...);
+    None: a lone ``enqueue`` call's arguments.
+    """
     results: list[EnqueueResult | None] = [None] * len(specs)
     todo = list(range(len(specs)))
     debug = logger.isEnabledFor(logging.DEBUG)
+    with_parents = any(spec.parents for spec in specs)
     # One counter increment per (queue, type), not per job: enqueue_many
     # inserts tens of thousands of jobs at a time.
     new_per_label: Counter[tuple[str, str]] | None = Counter() if metrics.ENABLED else None
     for _round in range(_MAX_RESOLVE_ROUNDS):
         ids = [new_job_id() for _ in todo]
-        inserted = db.insert_jobs([specs[i] for i in todo], ids, using=alias)
+        batch = [specs[i] for i in todo]
+        inserted: Mapping[uuid.UUID, tuple[Any, ...]]
+        if with_parents:
+            inserted, missing = db.insert_jobs_with_parents(batch, ids, using=alias)
+            if missing:
+                raise _unknown_parents(specs, missing, names)
+        else:
+            inserted = db.insert_jobs(batch, ids, using=alias)
         replays = []
         for index, job_id in zip(todo, ids, strict=True):
             if job_id in inserted:
                 spec = specs[index]
-                available_at, created_at = inserted[job_id]
                 results[index] = EnqueueResult(
-                    None, True, pending=(spec, job_id, available_at, created_at, alias)
+                    None, True, pending=(spec, job_id, *inserted[job_id], alias)
                 )
                 if new_per_label is not None:
                     new_per_label[spec.queue, spec.type] += 1
@@ -190,6 +230,22 @@ def _insert(alias: str, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
     )
 
 
+def _unknown_parents(
+    specs: Sequence[JobSpec], missing: Collection[uuid.UUID], names: Sequence[str] | None
+) -> InvalidJob:
+    """The error for parents that do not exist, on the first spec that names one."""
+    unknown = set(missing)
+    index, spec = next((i, s) for i, s in enumerate(specs) if unknown.intersection(s.parents))
+    named = [str(parent) for parent in spec.parents if parent in unknown]
+    field = "depends_on" if names is None else f"{names[index]}.depends_on"
+    return InvalidJob(
+        field,
+        f"no job with id {', '.join(named)} (a parent must exist before its child is "
+        "enqueued; to enqueue both at once, use chain() or group()).",
+        code=InvalidJob.UNKNOWN_PARENT,
+    )
+
+
 def _resolve_replays(
     alias: str,
     specs: Sequence[JobSpec],
@@ -204,6 +260,15 @@ def _resolve_replays(
         job.idempotency_key: job
         for job in Job.objects.using(alias).filter(idempotency_key__in=keys)
     }
+    parents = _parents_of(
+        alias,
+        [
+            job.pk
+            for index in replays
+            if (job := existing.get(specs[index].idempotency_key)) is not None
+            and (job.parent_count or specs[index].parents)
+        ],
+    )
     again = []
     for index in replays:
         spec = specs[index]
@@ -213,6 +278,8 @@ def _resolve_replays(
             again.append(index)
             continue
         differences = spec.differences(job)
+        if set(spec.parents) != parents.get(job.pk, set()):
+            differences.append("depends_on")
         if differences:
             raise IdempotencyConflict(spec.idempotency_key, job, differences)
         results[index] = EnqueueResult(job, created=False)
@@ -226,10 +293,30 @@ def _resolve_replays(
     return again
 
 
+def _parents_of(alias: str, job_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, set[uuid.UUID]]:
+    """``{job id: its parents' ids}`` for ``job_ids`` (no query when empty)."""
+    parents: dict[uuid.UUID, set[uuid.UUID]] = {}
+    if job_ids:
+        edges = JobDependency.objects.using(alias).filter(child_id__in=list(job_ids))
+        for child, parent in edges.values_list("child_id", "parent_id"):
+            parents.setdefault(child, set()).add(parent)
+    return parents
+
+
 def _job_from_spec(
-    spec: JobSpec, job_id: uuid.UUID, available_at: datetime, created_at: datetime, alias: str
+    spec: JobSpec,
+    job_id: uuid.UUID,
+    available_at: datetime,
+    created_at: datetime,
+    *rest: Any,
 ) -> Job:
-    """The ``Job`` just inserted, built without reading it back."""
+    """The ``Job`` just inserted, built without reading it back.
+
+    ``rest`` is the alias, after the status, ``waiting_on`` and
+    ``last_error`` of a job inserted with parents.
+    """
+    *state, alias = rest
+    status, waiting_on, last_error = state or (JobStatus.PENDING, 0, "")
     # Positional arguments in field order: Model.__init__'s fast path, which
     # matters when enqueue_many builds tens of thousands of jobs.
     job = Job(
@@ -238,7 +325,7 @@ def _job_from_spec(
         spec.queue,
         spec.stored_payload(),  # not the caller's dict, which they may mutate
         spec.idempotency_key,
-        JobStatus.PENDING,
+        status,
         spec.priority,
         0,  # attempts
         spec.max_attempts,
@@ -246,8 +333,8 @@ def _job_from_spec(
         created_at,
         created_at,  # updated_at
         None,  # started_at
-        None,  # completed_at
-        "",  # last_error
+        created_at if status == JobStatus.CANCELLED else None,  # completed_at
+        last_error,
         [],  # errors
         None,  # result
         None,  # lease_holder
@@ -256,6 +343,10 @@ def _job_from_spec(
         spec.timeout,  # timeout
         spec.concurrency_key,  # concurrency_key
         None,  # cancel_requested_at
+        spec.on_parent_failure,
+        len(spec.parents),  # parent_count
+        waiting_on,
+        0,  # dependent_count
     )
     job._state.adding = False
     job._state.db = alias

@@ -27,6 +27,8 @@ class InvalidJob(DurableJobsError, ValueError):
     INVALID = "invalid"
     #: Both ``delay`` and ``run_at`` were given; a job has one start time.
     DELAY_AND_RUN_AT = "delay_and_run_at"
+    #: A job named in ``depends_on`` does not exist.
+    UNKNOWN_PARENT = "unknown_parent"
 
     def __init__(self, field: str, message: str, *, code: str = INVALID) -> None:
         super().__init__(f"{field}: {message}")

@@ -8,6 +8,7 @@ everywhere else.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta
 
 from django.db import models
@@ -19,9 +20,12 @@ from django.utils.translation import gettext_lazy as _
 
 from .constants import (
     CLAIM_INDEX,
+    CLAIM_KEYED_INDEX,
     CLAIM_QUEUE_INDEX,
     CONCURRENCY_KEY_MAX_LENGTH,
     CREATED_INDEX,
+    DEPENDENCY_PARENT_INDEX,
+    DEPENDENCY_UNIQUE,
     FINISHED_INDEX,
     IDEMPOTENCY_CONSTRAINT,
     IDEMPOTENCY_KEY_MAX_LENGTH,
@@ -44,6 +48,17 @@ class JobStatus(models.TextChoices):
     COMPLETED = "completed", _("completed")
     DEAD = "dead", _("dead")
     CANCELLED = "cancelled", _("cancelled")
+    #: Enqueued with ``depends_on``: becomes pending once every parent is done.
+    WAITING = "waiting", _("waiting")
+
+
+class OnParentFailure(models.TextChoices):
+    """What a waiting job does when one of its parents ends ``dead`` or ``cancelled``."""
+
+    #: The job is cancelled too, its reason naming the parent (the default).
+    CANCEL = "cancel", _("cancel")
+    #: The parent counts as done: the job runs once the others are.
+    RUN = "run", _("run")
 
 
 FINISHED_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED})
@@ -68,6 +83,9 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def cancelled(self) -> JobQuerySet:
         return self.filter(status=JobStatus.CANCELLED)
+
+    def waiting(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.WAITING)
 
     def finished(self) -> JobQuerySet:
         return self.filter(status__in=FINISHED_STATUSES)
@@ -154,6 +172,43 @@ class Job(models.Model):
         help_text=_("When a cancel of the running job was requested."),
     )
 
+    # Dependencies (``enqueue(depends_on=...)``): the edges are JobDependency
+    # rows; these counters let the statement that records a parent's outcome
+    # find and release its children without reading anything more when a
+    # job has none (db/queries.sql, record_outcomes).
+    on_parent_failure = models.CharField(
+        _("on parent failure"),
+        max_length=8,
+        choices=OnParentFailure.choices,
+        default=OnParentFailure.CANCEL,
+        db_default=OnParentFailure.CANCEL,
+        help_text=_("When a parent ends dead or cancelled: cancel this job, or run it anyway."),
+    )
+    parent_count = models.PositiveIntegerField(
+        _("parents"),
+        default=0,
+        db_default=0,
+        help_text=_("How many jobs this one was enqueued to wait for."),
+    )
+    waiting_on = models.PositiveIntegerField(
+        _("waiting on"),
+        default=0,
+        db_default=0,
+        help_text=_("Parents not finished yet; the job becomes pending at 0."),
+    )
+    # Read by the claim: a job claimed at 0 has its outcome written by the one
+    # statement of a job without dependents, which also checks the row is
+    # still at 0. A child enqueued since (it adds one under the parent's row
+    # lock, perhaps after that statement's snapshot) makes the check fail, and
+    # the outcome is written again in a transaction that releases the
+    # children (db.record_outcomes).
+    dependent_count = models.PositiveIntegerField(
+        _("dependents"),
+        default=0,
+        db_default=0,
+        help_text=_("How many jobs were enqueued to wait for this one."),
+    )
+
     objects = JobQuerySet.as_manager()
 
     class Meta:
@@ -210,6 +265,14 @@ class Job(models.Model):
                 name=KEY_RUNNING_INDEX,
                 condition=Q(status="running", concurrency_key__isnull=False),
             ),
+            # The keyed claim's first read: pending jobs with a key, in claim
+            # order, without reading past the jobs without one (a backlog of
+            # those ahead would make every keyed claim read all of it).
+            models.Index(
+                fields=["-priority", "available_at", "created_at"],
+                name=CLAIM_KEYED_INDEX,
+                condition=Q(status="pending", concurrency_key__isnull=False),
+            ),
         ]
         constraints = [
             # The database, not a check-then-insert, makes keys unique.
@@ -228,6 +291,10 @@ class Job(models.Model):
                 condition=~Q(idempotency_key=""), name="durable_jobs_idempotency_key_not_empty"
             ),
             models.CheckConstraint(condition=~Q(type=""), name="durable_jobs_type_not_empty"),
+            models.CheckConstraint(
+                condition=Q(on_parent_failure__in=OnParentFailure.values),
+                name="durable_jobs_on_parent_failure_valid",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -236,6 +303,66 @@ class Job(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
+
+    def parent_ids(self) -> list[uuid.UUID]:
+        """The jobs this one waits (or waited) for (``depends_on``), oldest first.
+
+        No query for a job enqueued without parents. A parent pruned since
+        is missing.
+        """
+        return self._linked_ids(self.parent_count, "child_id", "parent_id")
+
+    def dependent_ids(self) -> list[uuid.UUID]:
+        """The jobs enqueued to wait for this one, oldest first; no query if there are none."""
+        return self._linked_ids(self.dependent_count, "parent_id", "child_id")
+
+    def _linked_ids(self, count: int, this_end: str, other_end: str) -> list[uuid.UUID]:
+        """The other ends of this job's edges where it is ``this_end``; no query at 0."""
+        if not count:
+            return []
+        edges = JobDependency.objects.using(self._state.db).filter(**{this_end: self.pk})
+        return list(edges.order_by(other_end).values_list(other_end, flat=True))
+
+
+class JobDependency(models.Model):
+    """One edge: ``child`` waits for ``parent`` (``enqueue(..., depends_on=[parent])``).
+
+    Written once at enqueue, with the child; ``resolved`` turns true when
+    the parent's end has been counted for the child (its ``waiting_on``
+    decremented, or the child cancelled), in the transaction that records
+    that end, and never turns back: a requeued parent that completes again
+    does not count twice. Cycles cannot exist: a parent exists before its
+    child. Pruning a job deletes its edges.
+    """
+
+    child = models.ForeignKey(
+        Job, models.CASCADE, related_name="parent_links", db_index=False, verbose_name=_("child")
+    )
+    parent = models.ForeignKey(
+        Job, models.CASCADE, related_name="child_links", db_index=False, verbose_name=_("parent")
+    )
+    resolved = models.BooleanField(
+        _("resolved"),
+        default=False,
+        db_default=False,
+        help_text=_("The parent's end was counted for the child."),
+    )
+
+    class Meta:
+        db_table = "durable_jobs_dependency"
+        verbose_name = _("job dependency")
+        verbose_name_plural = _("job dependencies")
+        constraints = [
+            # Also the index of a child's parents (child first).
+            models.UniqueConstraint(fields=["child", "parent"], name=DEPENDENCY_UNIQUE),
+        ]
+        indexes = [
+            # A finished parent's children: what record_outcomes reads.
+            models.Index(fields=["parent", "child"], name=DEPENDENCY_PARENT_INDEX),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.child_id} after {self.parent_id}"
 
 
 class DeadJobManager(models.Manager["DeadJob"]):

@@ -26,8 +26,9 @@ from .models import Job, JobStatus
 logger = logging.getLogger(__name__)
 
 REQUEUE_FROM = (JobStatus.DEAD, JobStatus.CANCELLED)
-#: Pending jobs are cancelled at once; running ones are asked to stop.
-CANCEL_FROM = (JobStatus.PENDING, JobStatus.RUNNING)
+#: Pending and waiting jobs are cancelled at once; running ones are asked to stop.
+CANCEL_AT_ONCE = (JobStatus.PENDING, JobStatus.WAITING)
+CANCEL_FROM = (*CANCEL_AT_ONCE, JobStatus.RUNNING)
 RUN_NOW_FROM = (JobStatus.PENDING,)
 
 
@@ -79,8 +80,8 @@ def _changes(operation: str) -> tuple[tuple[str, ...], dict[str, Any]]:
             "updated_at": Now(),
         }
     if operation == "cancel":
-        # Pending jobs only; running ones are _apply's (request_cancel).
-        return (JobStatus.PENDING,), {
+        # Running ones are _apply's (request_cancel).
+        return CANCEL_AT_ONCE, {
             "status": JobStatus.CANCELLED,
             "completed_at": Now(),
             "updated_at": Now(),
@@ -96,9 +97,15 @@ def _apply(operation: str, job_ids: Iterable[uuid.UUID | str], using: str | None
     alias = db.database_alias(using)
     with transaction.atomic(using=alias):
         matching = Job.objects.using(alias).filter(pk__in=ids)
-        changed = list(
-            matching.filter(status__in=allowed).values_list("pk", flat=True).select_for_update()
+        # Locked before the change: an enqueue of a child then either came
+        # first (release_dependents, a later statement, sees it) or waits,
+        # and sees the job cancelled.
+        locked = dict(
+            matching.filter(status__in=allowed)
+            .values_list("pk", "dependent_count")
+            .select_for_update()
         )
+        changed = list(locked)
         requested: list[uuid.UUID] = []
         if operation == "cancel":
             # Running jobs: one UPDATE fenced on status='running' sets
@@ -109,7 +116,15 @@ def _apply(operation: str, job_ids: Iterable[uuid.UUID | str], using: str | None
                 requested = sorted(db.request_cancel(alias, sorted(running)))
         if changed:
             Job.objects.using(alias).filter(pk__in=changed).update(**changes)
-            if operation != "cancel":
+            if operation == "cancel":
+                # Their waiting children are cancelled (or, with "run", counted
+                # done), and theirs, in this transaction.
+                db.release_dependents(
+                    alias, {pk: JobStatus.CANCELLED for pk, count in locked.items() if count}
+                )
+            else:
+                if operation == "requeue":
+                    db.rewait_dependents(alias, [pk for pk, count in locked.items() if count])
                 queues = set(
                     Job.objects.using(alias).filter(pk__in=changed).values_list("queue", flat=True)
                 )
@@ -151,13 +166,23 @@ def _one(operation: str, job_id: uuid.UUID | str, using: str | None) -> Job:
 def requeue(job_id: uuid.UUID | str, *, using: str | None = None) -> Job:
     """Put a ``dead`` or ``cancelled`` job back to ``pending`` with attempts reset to 0.
 
+    Its dependents still waiting (those with ``on_parent_failure="run"``
+    had counted its end as done) wait for it again, and proceed when it
+    completes; the ones cancelled when it ended stay cancelled (requeue
+    them too). It runs at once, whatever its own parents: a requeue is an
+    operator's decision.
+
     Raises ``Job.DoesNotExist`` or ``JobStateError``.
     """
     return _one("requeue", job_id, using)
 
 
 def cancel(job_id: uuid.UUID | str, *, using: str | None = None) -> Job:
-    """Cancel a ``pending`` job at once, or ask a ``running`` one to stop.
+    """Cancel a ``pending`` or ``waiting`` job at once, or ask a ``running`` one to stop.
+
+    The waiting jobs that depend on a job cancelled at once are cancelled
+    too, down to their own dependents, in the same transaction (or, those
+    enqueued with ``on_parent_failure="run"``, count it as done).
 
     A running job gets ``cancel_requested_at`` (kept if already set) and its
     worker is notified at commit: the handler's ``ctx.cancelled`` turns True

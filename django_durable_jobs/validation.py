@@ -9,6 +9,8 @@ and time in ``durations``; the ones for enqueue are re-exported here.
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -18,6 +20,7 @@ from django.utils import timezone
 from .conf import jobs_settings
 from .constants import (
     CONCURRENCY_LIMIT_MAX,
+    DEPENDS_ON_MAX,
     MAX_ATTEMPTS_LIMIT,
     MAX_DELAY_SECONDS,
     PRIORITY_MAX,
@@ -40,8 +43,10 @@ __all__ = [
     "dump_payload",
     "validate_delay",
     "validate_delay_or_run_at",
+    "validate_depends_on",
     "validate_idempotency_key",
     "validate_max_attempts",
+    "validate_on_parent_failure",
     "validate_priority",
     "validate_queue",
     "validate_run_at",
@@ -169,6 +174,59 @@ def validate_run_at(value: Any) -> datetime | None:
     return value
 
 
+#: ``on_parent_failure`` values (``models.OnParentFailure``, which this module cannot import).
+ON_PARENT_FAILURE_VALUES = ("cancel", "run")
+
+
+def validate_depends_on(value: Any) -> tuple[uuid.UUID, ...]:
+    """Parents as job ids, without duplicates, in the order given.
+
+    Each item may be a job id (a ``UUID`` or its text), a ``Job`` or what
+    ``enqueue`` returned (an ``EnqueueResult``). Whether the jobs exist is
+    the database's to say, when the child is inserted.
+    """
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise InvalidJob(
+            "depends_on", f"must be a list of jobs or job ids, not {type(value).__name__}."
+        )
+    parents: dict[uuid.UUID, None] = {}
+    for item in value:
+        parents[_job_id_of(item)] = None
+        if len(parents) > DEPENDS_ON_MAX:
+            raise InvalidJob("depends_on", f"must name at most {DEPENDS_ON_MAX} jobs.")
+    return tuple(parents)
+
+
+def _job_id_of(item: Any) -> uuid.UUID:
+    """The job id ``item`` stands for: a UUID, its text, a ``Job``, an ``EnqueueResult``."""
+    if isinstance(item, uuid.UUID):
+        return item
+    if isinstance(item, str):
+        try:
+            return uuid.UUID(item)
+        except ValueError:
+            raise InvalidJob("depends_on", f"{item!r} is not a job id (a UUID).") from None
+    # A Job (pk), an EnqueueResult (job.pk): duck-typed, the models are not
+    # importable here (validation runs before the app registry is ready).
+    job = getattr(item, "job", item)
+    pk = getattr(job, "pk", None)
+    if isinstance(pk, uuid.UUID):
+        return pk
+    raise InvalidJob(
+        "depends_on",
+        f"items must be jobs, enqueue() results or job ids, not {type(item).__name__}.",
+    )
+
+
+def validate_on_parent_failure(value: Any) -> str:
+    if value not in ON_PARENT_FAILURE_VALUES:
+        raise InvalidJob(
+            "on_parent_failure",
+            f"must be {' or '.join(map(repr, ON_PARENT_FAILURE_VALUES))}, not {value!r}.",
+        )
+    return str(value)
+
+
 class JobSpec(NamedTuple):
     """A validated, fully resolved job to insert.
 
@@ -191,6 +249,9 @@ class JobSpec(NamedTuple):
     timeout: float | None = None
     #: Jobs of this type sharing the key run at most ``concurrency_limit`` at once.
     concurrency_key: str | None = None
+    #: The jobs it waits for (``depends_on``); empty: none.
+    parents: tuple[uuid.UUID, ...] = ()
+    on_parent_failure: str = "cancel"
 
     @property
     def delay(self) -> timedelta | None:
@@ -205,7 +266,8 @@ class JobSpec(NamedTuple):
         repeats it exactly. ``timeout`` is compared as given (``None``, no
         per-job limit, differs from any number): a replay asking for another
         limit than the job has would otherwise run under a limit the caller
-        did not ask for.
+        did not ask for. The parents are compared by the caller
+        (``enqueueing``), which reads the job's edges.
         """
         return [
             name
@@ -217,6 +279,7 @@ class JobSpec(NamedTuple):
                 ("max_attempts", self.max_attempts),
                 ("timeout", self.timeout),
                 ("concurrency_key", self.concurrency_key),
+                ("on_parent_failure", self.on_parent_failure),
             )
             if mine != getattr(job, name)
         ]
@@ -255,6 +318,8 @@ def build_spec(
     run_at: Any = None,
     timeout: Any = None,
     concurrency_key: Any = None,
+    depends_on: Any = None,
+    on_parent_failure: Any = None,
     defaults: Defaults | None = None,
 ) -> JobSpec:
     """Validate ``enqueue`` arguments and fill in the defaults.
@@ -291,4 +356,6 @@ def build_spec(
         None if run_at is None else validate_run_at(run_at),
         None if timeout is None else validate_timeout(timeout),
         None if concurrency_key is None else validate_concurrency_key(concurrency_key),
+        () if depends_on is None else validate_depends_on(depends_on),
+        "cancel" if on_parent_failure is None else validate_on_parent_failure(on_parent_failure),
     )

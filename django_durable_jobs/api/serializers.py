@@ -33,7 +33,7 @@ from ..constants import (
 )
 from ..exceptions import InvalidJob
 from ..handlers import registry
-from ..models import Job, JobStatus
+from ..models import Job, JobStatus, OnParentFailure
 from ..validation import validate_delay_or_run_at, validate_type
 from .errors import invalid_job_error
 
@@ -80,6 +80,26 @@ class JSONObjectField(serializers.JSONField):
         if not isinstance(data, dict):
             raise serializers.ValidationError(f"must be a JSON object, not {_json_type(data)}.")
         return data
+
+
+@extend_schema_field({"type": "array", "items": {"type": "string", "format": "uuid"}})
+class JobIdListField(serializers.Field):  # type: ignore[type-arg]
+    """A JSON array of job ids (strings); what they are is ``enqueue()``'s to check."""
+
+    def to_internal_value(self, data: Any) -> list[str]:
+        if not isinstance(data, list):
+            raise serializers.ValidationError(
+                f"must be an array of job ids, not {_json_type(data)}."
+            )
+        for index, item in enumerate(data):
+            if not isinstance(item, str):
+                raise serializers.ValidationError(
+                    f"must be an array of job ids (strings); item {index} is {_json_type(item)}."
+                )
+        return data
+
+    def to_representation(self, value: Any) -> list[str]:
+        return [str(item) for item in value]
 
 
 class AwareDateTimeField(serializers.DateTimeField):
@@ -178,6 +198,22 @@ class EnqueueSerializer(serializers.Serializer[None]):
             f"At most {CONCURRENCY_KEY_MAX_LENGTH} characters. Jobs of a type declared with "
             "@job(concurrency_limit=N) that share this key run at most N at once, over every "
             "worker; without a limit on the type, the key changes nothing."
+        ),
+    )
+
+    depends_on = JobIdListField(
+        required=False,
+        help_text=(
+            "Ids of jobs this one waits for: it stays waiting until every one has "
+            "completed, then becomes pending. Each must exist (400 otherwise)."
+        ),
+    )
+    on_parent_failure = serializers.ChoiceField(
+        choices=OnParentFailure.choices,
+        required=False,
+        help_text=(
+            "When a parent ends dead or cancelled: cancel this job (cancel, the default) or "
+            "run it anyway once the other parents are done (run)."
         ),
     )
 
@@ -288,12 +324,24 @@ class JobSerializer(serializers.ModelSerializer[Job]):
 
 
 class JobDetailSerializer(JobSerializer):
-    """A job with its result and failure history."""
+    """A job with its result, failure history, parents and dependents."""
 
     result = AnyJSONField(read_only=True, allow_null=True)
     # A declared field: the serializer's metaclass takes it out of the class, so
     # Serializer.errors (the validation errors, which the stubs see) stays.
     errors = serializers.ListField(child=ObjectField(), read_only=True)  # type: ignore[assignment]
+    depends_on = serializers.ListField(
+        child=serializers.UUIDField(),
+        source="parent_ids",
+        read_only=True,
+        help_text="Ids of the jobs it was enqueued to wait for, oldest first.",
+    )
+    dependents = serializers.ListField(
+        child=serializers.UUIDField(),
+        source="dependent_ids",
+        read_only=True,
+        help_text="Ids of the jobs enqueued to wait for it, oldest first.",
+    )
 
     class Meta(JobSerializer.Meta):
         fields = (
@@ -301,6 +349,10 @@ class JobDetailSerializer(JobSerializer):
             "timeout",
             "concurrency_key",
             "cancel_requested_at",
+            "on_parent_failure",
+            "waiting_on",
+            "depends_on",
+            "dependents",
             "result",
             "errors",
         )
@@ -363,6 +415,7 @@ class StatusCountsSerializer(serializers.Serializer[dict[str, Any]]):
     completed = serializers.IntegerField()
     dead = serializers.IntegerField()
     cancelled = serializers.IntegerField()
+    waiting = serializers.IntegerField(help_text="Waiting for their parents (depends_on).")
 
 
 class QueueLimitsSerializer(serializers.Serializer[dict[str, Any]]):

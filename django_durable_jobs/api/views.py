@@ -205,9 +205,11 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
         return self._answer(operations.requeue(self._job_id()))
 
     @extend_schema(
-        summary="Cancel a pending job, or ask a running one to stop",
+        summary="Cancel a pending or waiting job, or ask a running one to stop",
         description=(
-            "A pending job is cancelled at once (200). A running job gets "
+            "A pending or waiting job is cancelled at once (200), and the waiting jobs that "
+            "depend on it with it (those enqueued with on_parent_failure run count it as done). "
+            "A running job gets "
             "cancel_requested_at and stays running (202): its handler's ctx.cancelled "
             "turns true within about a second and the attempt ends cancelled, never "
             "retried, when the handler stops (or after TIMEOUT_GRACE_SECONDS if it "
@@ -216,7 +218,9 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
         request=None,
         parameters=[JOB_ID],
         responses={
-            200: OpenApiResponse(s.JobDetailSerializer, description="The pending job, cancelled."),
+            200: OpenApiResponse(
+                s.JobDetailSerializer, description="The pending or waiting job, cancelled."
+            ),
             202: OpenApiResponse(
                 s.JobDetailSerializer,
                 description="The running job, still running, its cancel requested.",

@@ -27,11 +27,13 @@ Two paths to the connection:
 from __future__ import annotations
 
 import json
+import operator
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from json.encoder import encode_basestring as _json_str
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import psycopg
 from django.db import connections, router, transaction
@@ -49,6 +51,7 @@ __all__ = [
     "QUERIES",
     "ClaimedJob",
     "ExpiredLease",
+    "InsertedWithParents",
     "LimitedClaim",
     "Outcome",
     "PruneResult",
@@ -63,6 +66,7 @@ __all__ = [
     "delete_worker",
     "extend_leases",
     "insert_jobs",
+    "insert_jobs_with_parents",
     "jobs_held_by_keys",
     "keys_held_back",
     "listen",
@@ -76,7 +80,9 @@ __all__ = [
     "reap",
     "record_outcomes",
     "record_outcomes_directly",
+    "release_dependents",
     "request_cancel",
+    "rewait_dependents",
     "upsert_worker",
 ]
 
@@ -236,14 +242,7 @@ def insert_jobs(
     # Computed here exactly as the SQL does (whole microseconds), rather
     # than sent back row by row.
     return {
-        job_id: (
-            spec.run_at
-            if spec.run_at is not None
-            else now
-            if spec.delay_us is None
-            else now + timedelta(microseconds=spec.delay_us),
-            now,
-        )
+        job_id: (_available_at(spec, now), now)
         for spec, job_id in zip(specs, ids, strict=True)
         if job_id in inserted_ids
     }
@@ -260,6 +259,56 @@ def _job_row(spec: JobSpec, job_id: uuid.UUID) -> str:
         f"{'null' if spec.timeout is None else repr(spec.timeout)},"
         f"{'null' if spec.concurrency_key is None else _json_str(spec.concurrency_key)}]"
     )
+
+
+class InsertedWithParents(NamedTuple):
+    """What ``insert_jobs_with_parents`` did."""
+
+    #: ``{id: (available_at, created_at, status, waiting_on, last_error)}``
+    #: of the rows inserted; a row missing was skipped (its key is taken).
+    inserted: dict[uuid.UUID, tuple[datetime, datetime, str, int, str]]
+    #: Parents that do not exist: then nothing was inserted.
+    missing: set[uuid.UUID]
+
+
+def insert_jobs_with_parents(
+    specs: Sequence[JobSpec], ids: Sequence[uuid.UUID], *, using: str
+) -> InsertedWithParents:
+    """Insert ``specs``, some with parents (``depends_on``), in one statement.
+
+    The parents are locked until the caller's transaction ends; each job
+    starts ``waiting``, ``pending`` or ``cancelled`` as its parents' newest
+    statuses say. Nothing is inserted if a parent does not exist.
+    """
+    document = "[" + ",".join(map(_job_row_with_parents, specs, ids)) + "]"
+    run = _run_through_django if len(specs) == 1 else _run
+    ((inserted, statuses, waiting, errors, now, missing, _counted, _notified),) = run(
+        using,
+        "insert_jobs_with_parents",
+        {"jobs": document, "channel": jobs_settings.NOTIFY_CHANNEL},
+    )
+    by_id = {spec_id: spec for spec, spec_id in zip(specs, ids, strict=True)}
+    rows = {}
+    for job_id, status, waiting_on, last_error in zip(
+        inserted or (), statuses or (), waiting or (), errors or (), strict=True
+    ):
+        spec = by_id[job_id]
+        rows[job_id] = (_available_at(spec, now), now, status, waiting_on, last_error)
+    return InsertedWithParents(rows, set(missing or ()))
+
+
+def _job_row_with_parents(spec: JobSpec, job_id: uuid.UUID) -> str:
+    parents = ",".join(f'"{parent}"' for parent in spec.parents)
+    return f'{_job_row(spec, job_id)[:-1]},"{spec.on_parent_failure}",[{parents}]]'
+
+
+def _available_at(spec: JobSpec, now: datetime) -> datetime:
+    """A new job's available_at, computed exactly as the insert's SQL does."""
+    if spec.run_at is not None:
+        return spec.run_at
+    if spec.delay_us is None:
+        return now
+    return now + timedelta(microseconds=spec.delay_us)
 
 
 # -- the worker: claim, outcomes, leases ----------------------------------
@@ -534,19 +583,157 @@ def _outcome_row(outcome: Outcome) -> str:
     )
 
 
-def _outcomes_params(outcomes: Sequence[Outcome], history_limit: int) -> dict[str, Any]:
+def _outcomes_params(
+    outcomes: Sequence[Outcome], history_limit: int, *, without_dependents: bool = True
+) -> dict[str, Any]:
     return {
         "outcomes": "[" + ",".join(map(_outcome_row, outcomes)) + "]",
         "history_limit": history_limit,
+        "without_dependents": without_dependents,
     }
+
+
+class _Statements(Protocol):
+    """Where ``_record_outcomes`` runs its statements."""
+
+    def run(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]: ...
+
+    def atomic(self) -> AbstractContextManager[Any]: ...
+
+
+class _DjangoStatements:
+    """On the Django connection ``using`` (the worker's, the reaper's, an operator's)."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+
+    def run(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return _run(self.using, name, params)
+
+    def atomic(self) -> AbstractContextManager[Any]:
+        return transaction.atomic(using=self.using)
+
+
+class _DirectStatements:
+    """On a psycopg connection of its own (a forced exit's last write)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def run(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return self.conn.execute(QUERIES[name], params).fetchall()
+
+    def atomic(self) -> AbstractContextManager[Any]:
+        return self.conn.transaction()
+
+
+_job_id = operator.attrgetter("job_id")
+
+#: The statuses that end a job, which release its children.
+_ENDED = frozenset({"completed", "dead", "cancelled"})
 
 
 def record_outcomes(
     using: str, outcomes: Sequence[Outcome], *, history_limit: int
 ) -> set[uuid.UUID]:
-    """Write ``outcomes`` in one statement; the ids written (the others lost their lease)."""
-    rows = _run(using, "record_outcomes", _outcomes_params(outcomes, history_limit))
+    """Write ``outcomes``; release the children of the jobs they end; the ids written.
+
+    The others lost their lease. Jobs without dependents (the outcomes'
+    ``dependent_count``, as of the claim) are written in one statement,
+    exactly as before dependencies existed; it refuses a job that gained
+    a child since, which is then written with the jobs known to have
+    dependents: in one transaction that records them, then releases their
+    children (``_record_and_release``).
+    """
+    return _record_outcomes(_DjangoStatements(using), outcomes, history_limit)
+
+
+def _record_outcomes(
+    statements: _Statements, outcomes: Sequence[Outcome], history_limit: int
+) -> set[uuid.UUID]:
+    # In id order, the order in which an enqueue locks its parents: a batch
+    # that ends two parents of a child being enqueued then waits for that
+    # enqueue instead of deadlocking with it (the UPDATE locks its rows in
+    # the order it reads the outcomes).
+    outcomes = sorted(outcomes, key=_job_id)
+    if any(outcome.dependent_count for outcome in outcomes):
+        return _record_and_release(statements, outcomes, history_limit)
+    rows = statements.run("record_outcomes", _outcomes_params(outcomes, history_limit))
+    written = {row[0] for row in rows}
+    if len(written) < len(outcomes):
+        refused = [outcome for outcome in outcomes if outcome.job_id not in written]
+        gained = {
+            row[0]
+            for row in statements.run(
+                "held_with_dependents",
+                {"ids": [o.job_id for o in refused], "tokens": [o.lease_token for o in refused]},
+            )
+        }
+        if gained:
+            again = [outcome for outcome in refused if outcome.job_id in gained]
+            written |= _record_and_release(statements, again, history_limit)
+    return written
+
+
+def _record_and_release(
+    statements: _Statements, outcomes: Sequence[Outcome], history_limit: int
+) -> set[uuid.UUID]:
+    """Write ``outcomes`` and release the children of the jobs they end, in one transaction.
+
+    Two statements (or more, a level each, when a cancel goes down to
+    grandchildren): the first locks the jobs it ends, so the second's
+    snapshot, taken after, sees every child enqueued under them; an
+    enqueue that comes later waits for the lock, then sees its parent
+    finished. A crash between the two rolls both back.
+    """
+    with statements.atomic():
+        rows = statements.run(
+            "record_outcomes",
+            _outcomes_params(outcomes, history_limit, without_dependents=False),
+        )
+        ended = {job_id: status for job_id, status, count in rows if count and status in _ENDED}
+        _release_levels(statements, ended)
     return {row[0] for row in rows}
+
+
+def _release_levels(statements: _Statements, ended: Mapping[uuid.UUID, str]) -> None:
+    """Release the children of ``ended`` (``{job id: its new status}``), then theirs.
+
+    One statement per level of cancelled descendants: each one's snapshot
+    is taken after the statement above locked the level it reads, so it
+    sees every child enqueued under those rows before (a later enqueue
+    waits for the lock, then sees the parent cancelled).
+    """
+    while ended:
+        ids = list(ended)
+        rows = statements.run(
+            "release_dependents",
+            {
+                "ids": ids,
+                "statuses": [str(ended[i]) for i in ids],
+                "channel": jobs_settings.NOTIFY_CHANNEL,
+            },
+        )
+        ended = dict.fromkeys((row[0] for row in rows), "cancelled")
+
+
+def release_dependents(using: str, ended: Mapping[uuid.UUID, str]) -> None:
+    """Release the children of ``ended`` (``{job id: its new status}``), in the caller's
+    transaction, which must have ended and locked those jobs (an operator's cancel).
+
+    Children are released or cancelled as ``record_outcomes`` does for the
+    jobs it ends, and a cancel goes down to every waiting descendant.
+    """
+    _release_levels(_DjangoStatements(using), ended)
+
+
+def rewait_dependents(using: str, job_ids: Collection[uuid.UUID]) -> None:
+    """Make the waiting dependents of requeued ``job_ids`` wait for them again.
+
+    In the caller's transaction, which locked and requeued those jobs.
+    """
+    if job_ids:
+        _run(using, "rewait_dependents", {"ids": list(job_ids)})
 
 
 def record_outcomes_directly(
@@ -564,7 +751,7 @@ def record_outcomes_directly(
             "SELECT set_config('statement_timeout', %s, false)",
             [str(round(timeout_seconds * 1000))],
         )
-        conn.execute(QUERIES["record_outcomes"], _outcomes_params(outcomes, history_limit))
+        _record_outcomes(_DirectStatements(conn), outcomes, history_limit)
 
 
 def extend_leases(

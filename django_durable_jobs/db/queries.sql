@@ -21,14 +21,8 @@ VALUES (
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, available_at, created_at, pg_notify(%(channel)s, queue);
 
--- insert_jobs --
--- Insert a batch of jobs, given as one JSON array of rows, in one statement; skip rows whose idempotency key is taken; NOTIFY each queue that received a job (delivered at commit). Returns the ids inserted and the database's now().
-WITH input AS (
-    -- One JSON document rather than nine arrays: encoding it is one C call
-    -- in Python, and PostgreSQL parses it faster than it binds the arrays.
-    -- Row: [id, type, queue, payload, idempotency_key, priority,
-    --       max_attempts, delay_us, run_at, timeout, concurrency_key]
-    SELECT
+-- _job_columns --
+-- A fragment (see queries.py): the columns of one row of insert_jobs' JSON document, `row`: [id, type, queue, payload, idempotency_key, priority, max_attempts, delay_us, run_at, timeout, concurrency_key].
         (row->>0)::uuid AS id,
         row->>1 AS type,
         row->>2 AS queue,
@@ -40,6 +34,14 @@ WITH input AS (
         (row->>8)::timestamptz AS run_at,
         (row->>9)::float8 AS timeout,
         row->>10 AS concurrency_key
+
+-- insert_jobs --
+-- Insert a batch of jobs, given as one JSON array of rows, in one statement; skip rows whose idempotency key is taken; NOTIFY each queue that received a job (delivered at commit). Returns the ids inserted and the database's now().
+WITH input AS (
+    -- One JSON document rather than nine arrays: encoding it is one C call
+    -- in Python, and PostgreSQL parses it faster than it binds the arrays.
+    SELECT
+<<_job_columns>>
     FROM jsonb_array_elements(%(jobs)s::jsonb) AS row
 ),
 inserted AS (
@@ -107,6 +109,106 @@ notified AS (
 SELECT count(*), now()
 FROM inserted CROSS JOIN notified;
 
+-- insert_jobs_with_parents --
+-- insert_jobs for a batch in which some job has parents (depends_on), one or many rows: lock the parents (in id order, so concurrent enqueues sharing parents wait for each other instead of deadlocking) and read their newest status; insert nothing if one does not exist; otherwise insert each job waiting for its unfinished parents (pending when none is left; cancelled, the reason naming the parent, when one ended dead or cancelled and its on_parent_failure is 'cancel'), its edges (resolved for parents already finished), and add the children to each parent's dependent_count, which makes the worker write the parent's outcome in a transaction that releases its children (record_outcomes; an outcome written after this insert locked the parent waits for this transaction). Skips rows whose idempotency key is taken, with no edge; NOTIFYs each queue that received a pending job (delivered at commit). Returns the rows inserted (ids, statuses, waiting_on, last_error), the database's now(), and the parents that do not exist.
+WITH input AS (
+    -- Row: insert_jobs' eleven columns, then on_parent_failure and the
+    -- parents' ids (a JSON array, without duplicates).
+    SELECT
+<<_job_columns>>,
+        row->>11 AS on_parent_failure,
+        row->12 AS parents
+    FROM jsonb_array_elements(%(jobs)s::jsonb) AS row
+),
+edge AS (
+    SELECT input.id AS child_id, p.id::uuid AS parent_id
+    FROM input CROSS JOIN LATERAL jsonb_array_elements_text(input.parents) AS p(id)
+),
+parent AS MATERIALIZED (
+    -- FOR NO KEY UPDATE returns the newest version of each row, after
+    -- waiting for a transaction that is writing it: the status read here
+    -- is the one that holds until this transaction ends.
+    SELECT job.id, job.status
+    FROM durable_jobs_job AS job
+    WHERE job.id IN (SELECT parent_id FROM edge)
+    ORDER BY job.id
+    FOR NO KEY UPDATE
+),
+missing AS (
+    SELECT DISTINCT parent_id FROM edge WHERE parent_id NOT IN (SELECT id FROM parent)
+),
+decided AS (
+    SELECT edge.child_id AS id,
+        count(*) AS parent_count,
+        count(*) FILTER (WHERE parent.status NOT IN ('completed', 'dead', 'cancelled'))
+            AS waiting_on,
+        min(parent.id::text || ' ended ' || parent.status)
+            FILTER (WHERE parent.status IN ('dead', 'cancelled')) AS failed
+    FROM edge JOIN parent ON parent.id = edge.parent_id
+    GROUP BY edge.child_id
+),
+planned AS (
+    SELECT input.*, COALESCE(decided.parent_count, 0) AS parent_count,
+        COALESCE(decided.waiting_on, 0) AS waiting_on,
+        CASE
+            WHEN decided.failed IS NOT NULL AND input.on_parent_failure = 'cancel'
+            THEN 'Cancelled: parent job ' || decided.failed || '.'
+        END AS cancelled
+    FROM input LEFT JOIN decided ON decided.id = input.id
+),
+inserted AS (
+    INSERT INTO durable_jobs_job (
+        id, type, queue, payload, idempotency_key, status, priority, attempts,
+        max_attempts, available_at, created_at, updated_at, completed_at, last_error, errors,
+        timeout, concurrency_key, on_parent_failure, parent_count, waiting_on
+    )
+    SELECT
+        id, type, queue, payload, idempotency_key,
+        CASE
+            WHEN cancelled IS NOT NULL THEN 'cancelled'
+            WHEN waiting_on > 0 THEN 'waiting'
+            ELSE 'pending'
+        END,
+        priority, 0, max_attempts,
+        COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
+        now(), now(), CASE WHEN cancelled IS NOT NULL THEN now() END,
+        COALESCE(cancelled, ''), '[]'::jsonb, timeout, concurrency_key,
+        on_parent_failure, parent_count, waiting_on
+    FROM planned
+    WHERE NOT EXISTS (SELECT 1 FROM missing)
+    ORDER BY idempotency_key
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, queue, status, waiting_on, last_error
+),
+edges AS (
+    INSERT INTO durable_jobs_dependency (child_id, parent_id, resolved)
+    SELECT edge.child_id, edge.parent_id, parent.status IN ('completed', 'dead', 'cancelled')
+    FROM edge
+    JOIN inserted ON inserted.id = edge.child_id
+    JOIN parent ON parent.id = edge.parent_id
+    RETURNING parent_id
+),
+counted AS (
+    UPDATE durable_jobs_job AS job
+    SET dependent_count = job.dependent_count + added.n
+    FROM (SELECT parent_id, count(*) AS n FROM edges GROUP BY parent_id) AS added
+    WHERE job.id = added.parent_id
+    RETURNING job.id
+),
+notified AS (
+    SELECT count(pg_notify(%(channel)s, queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted WHERE status = 'pending') AS queues
+)
+SELECT
+    (SELECT array_agg(id ORDER BY id) FROM inserted),
+    (SELECT array_agg(status ORDER BY id) FROM inserted),
+    (SELECT array_agg(waiting_on ORDER BY id) FROM inserted),
+    (SELECT array_agg(last_error ORDER BY id) FROM inserted),
+    now(),
+    (SELECT array_agg(parent_id) FROM missing),
+    (SELECT count(*) FROM counted),
+    (SELECT n FROM notified);
+
 -- _claimed --
 -- The claim queries' end (a fragment, see queries.py): after a CTE `candidates` of the ids to claim, mark them running (unless their queue is paused now), count the attempt, take a lease with a fresh token, and return the jobs in claim order. statement_timestamp(), not now(): a limited queue's claim runs in a transaction whose first statement took a lock, and its jobs start when this statement runs, after it counted the running ones (the same instant as now() for a claim on its own).
 claimed AS (
@@ -133,12 +235,12 @@ claimed AS (
         ))
     RETURNING job.id, job.type, job.queue, job.payload, job.attempts, job.max_attempts,
         job.lease_token, job.available_at, job.started_at, job.idempotency_key, job.timeout,
-        job.priority, job.created_at
+        job.priority, job.created_at, job.dependent_count, job.parent_count
 )
 -- An UPDATE returns its rows in join order, not the claim's: sorted again,
 -- so the worker starts a batch claimed ahead in claim order.
 SELECT id, type, queue, payload, attempts, max_attempts, lease_token, available_at,
-    started_at, idempotency_key, timeout
+    started_at, idempotency_key, timeout, dependent_count, parent_count
 FROM claimed
 ORDER BY priority DESC, available_at, created_at;
 
@@ -201,7 +303,7 @@ WITH candidates AS MATERIALIZED (
 <<_claimed>>
 
 -- record_outcomes --
--- Record the outcomes of a batch of attempts in one statement: each row's transition (complete, retry, dead, release, cancel) says what it writes. Each outcome is fenced by its claim's lease token: an outcome from a worker whose lease was reaped (and maybe claimed again) matches no row and changes nothing. A retry or release of a job whose cancel was requested (cancel_requested_at) ends it cancelled instead: the worker had not heard of the request yet, and a cancelled job must not run again. Returns the ids written.
+-- Record the outcomes of a batch of attempts in one statement: each row's transition (complete, retry, dead, release, cancel) says what it writes. Each outcome is fenced by its claim's lease token: an outcome from a worker whose lease was reaped (and maybe claimed again) matches no row and changes nothing. A retry or release of a job whose cancel was requested (cancel_requested_at) ends it cancelled instead: the worker had not heard of the request yet, and a cancelled job must not run again. With %(without_dependents)s, only jobs without dependents are written: a job that gained a child since its worker claimed it is left to a write in a transaction that releases its children (db.record_outcomes), since this statement's snapshot may not see the child. Returns the ids written, their new status and dependent_count.
 WITH outcome AS (
     -- Row: [id, lease_token, transition, result, delay_us, run_at,
     --       last_error, error_entry]
@@ -258,7 +360,113 @@ SET status = CASE
     updated_at = now()
 FROM outcome
 WHERE job.id = outcome.id AND job.lease_token = outcome.token AND job.status = 'running'
-RETURNING job.id;
+    AND (job.dependent_count = 0 OR NOT %(without_dependents)s::boolean)
+RETURNING job.id, job.status, job.dependent_count;
+
+-- release_dependents --
+-- Release the children of jobs that an earlier statement of this transaction ended and locked: %(ids)s, with their new %(statuses)s (completed, dead or cancelled). Marks their edges resolved and, for each child still waiting: a completed parent (or a dead or cancelled one, when the child's on_parent_failure is 'run') takes one off its waiting_on, and at 0 the child becomes pending, available now (or at its own available_at, if later), and its queue is notified (delivered at commit); a dead or cancelled parent cancels a child whose on_parent_failure is 'cancel', with a reason naming the parent. Its snapshot is taken after the parents were locked, so it sees every child enqueued under them (an enqueue that comes later waits for the lock, then sees the parent finished). Returns the children cancelled here that have dependents of their own: the next level, for the next statement.
+WITH finished AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(statuses)s::text[]) AS f(id, status)
+),
+edges AS (
+    UPDATE durable_jobs_dependency AS edge
+    SET resolved = true
+    FROM finished
+    WHERE edge.parent_id = finished.id AND NOT edge.resolved
+    RETURNING edge.child_id, edge.parent_id, finished.status AS parent_status
+),
+effects AS (
+    SELECT child_id,
+        count(*) AS resolved,
+        count(*) FILTER (WHERE parent_status <> 'completed') AS failed,
+        min(parent_id::text || ' ended ' || parent_status)
+            FILTER (WHERE parent_status <> 'completed') AS reason
+    FROM edges
+    GROUP BY child_id
+),
+locked_children AS MATERIALIZED (
+    -- In id order: statements releasing the same children (a callback
+    -- whose parents complete on several workers) lock them in the same
+    -- order, so they wait for each other instead of deadlocking. The
+    -- UPDATE below then applies its change to the newest version of each
+    -- row, so two parents of one child, recorded at once by two workers,
+    -- take one off waiting_on each: no count is lost.
+    SELECT job.id
+    FROM durable_jobs_job AS job
+    WHERE job.id IN (SELECT child_id FROM effects)
+    ORDER BY job.id
+    FOR NO KEY UPDATE
+),
+children AS (
+    UPDATE durable_jobs_job AS child
+    SET status = CASE
+            WHEN effects.failed > 0 AND child.on_parent_failure = 'cancel' THEN 'cancelled'
+            WHEN child.waiting_on <= effects.resolved THEN 'pending'
+            ELSE 'waiting'
+        END,
+        waiting_on = GREATEST(child.waiting_on - effects.resolved, 0),
+        available_at = CASE
+            WHEN NOT (effects.failed > 0 AND child.on_parent_failure = 'cancel')
+                AND child.waiting_on <= effects.resolved
+            THEN GREATEST(child.available_at, now())
+            ELSE child.available_at
+        END,
+        completed_at = CASE
+            WHEN effects.failed > 0 AND child.on_parent_failure = 'cancel' THEN now()
+            ELSE child.completed_at
+        END,
+        last_error = CASE
+            WHEN effects.failed > 0 AND child.on_parent_failure = 'cancel'
+            THEN 'Cancelled: parent job ' || effects.reason || '.'
+            ELSE child.last_error
+        END,
+        updated_at = now()
+    FROM effects
+    WHERE child.id = effects.child_id AND child.status = 'waiting'
+        AND child.id IN (SELECT id FROM locked_children)
+    -- pg_notify per released child: PostgreSQL delivers one notification
+    -- per distinct payload of a transaction, so one per queue.
+    RETURNING child.id, child.status, child.dependent_count,
+        CASE WHEN child.status = 'pending' THEN pg_notify(%(channel)s, child.queue) END
+)
+SELECT id FROM children WHERE status = 'cancelled' AND dependent_count > 0;
+
+-- rewait_dependents --
+-- A requeue of jobs %(ids)s (dead or cancelled, locked by an earlier statement of this transaction): their dependents still waiting, which had counted their end as done (on_parent_failure 'run'), wait for them again (waiting_on goes back up, the edge is unresolved), so they proceed when the requeued job completes. Children locked in id order, as release_dependents does. Returns the children that wait again.
+WITH counted AS (
+    SELECT edge.child_id, count(*) AS n
+    FROM durable_jobs_dependency AS edge
+    WHERE edge.parent_id = ANY(%(ids)s::uuid[]) AND edge.resolved
+    GROUP BY edge.child_id
+),
+locked AS MATERIALIZED (
+    SELECT job.id
+    FROM durable_jobs_job AS job
+    WHERE job.id IN (SELECT child_id FROM counted) AND job.status = 'waiting'
+    ORDER BY job.id
+    FOR NO KEY UPDATE
+),
+children AS (
+    UPDATE durable_jobs_job AS child
+    SET waiting_on = child.waiting_on + counted.n, updated_at = now()
+    FROM counted
+    WHERE child.id = counted.child_id AND child.status = 'waiting'
+        AND child.id IN (SELECT id FROM locked)
+    RETURNING child.id
+)
+UPDATE durable_jobs_dependency AS edge
+SET resolved = false
+WHERE edge.parent_id = ANY(%(ids)s::uuid[]) AND edge.resolved
+    AND edge.child_id IN (SELECT id FROM children)
+RETURNING edge.child_id;
+
+-- held_with_dependents --
+-- For outcomes record_outcomes refused: those of %(ids)s still running under the same lease (%(tokens)s) that have dependents; their jobs gained a child since the claim, the others lost their lease. Primary-key lookups; nothing is written.
+SELECT job.id
+FROM durable_jobs_job AS job
+JOIN unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS held(id, token)
+    ON job.id = held.id AND job.lease_token = held.token
+WHERE job.status = 'running' AND job.dependent_count > 0;
 
 -- extend_leases --
 -- Heartbeat: push back the lease expiry of the jobs this worker still holds (matched by lease token). Returns the ids extended; a held job missing from them was reaped.
@@ -274,7 +482,7 @@ WITH reaper AS (
     SELECT pg_try_advisory_xact_lock(%(lock_key)s) AS acquired
 )
 SELECT id, type, queue, attempts, max_attempts, lease_token, lease_holder, lease_expires_at,
-    cancel_requested_at IS NOT NULL
+    cancel_requested_at IS NOT NULL, dependent_count
 FROM durable_jobs_job
 WHERE status = 'running' AND lease_expires_at < now()
     AND (SELECT acquired FROM reaper)
@@ -502,6 +710,13 @@ doomed AS (
     ORDER BY completed_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+),
+unlinked AS (
+    -- Their dependency edges, either end (the job table's foreign keys
+    -- would refuse the DELETE at commit otherwise).
+    DELETE FROM durable_jobs_dependency AS edge
+    USING doomed
+    WHERE edge.child_id = doomed.id OR edge.parent_id = doomed.id
 ),
 deleted AS (
     DELETE FROM durable_jobs_job AS job

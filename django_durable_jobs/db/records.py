@@ -43,6 +43,11 @@ class ClaimedJob(NamedTuple):
     started_at: datetime
     idempotency_key: str | None
     timeout: float | None  # per-job override; None: the handler's or the setting
+    #: Children enqueued with this job as a parent, as of the claim: its
+    #: outcome carries it (``Outcome.dependent_count``).
+    dependent_count: int = 0
+    #: Parents it was enqueued with: 0 means ``ctx.parent_results`` needs no query.
+    parent_count: int = 0
 
 
 class Outcome(NamedTuple):
@@ -57,6 +62,11 @@ class Outcome(NamedTuple):
     #: Not written: once written, tell ``hooks.jobs_finished`` (the job ended
     #: without its handler saying so: dead at its time limit, or reaped dead).
     announce: bool = False
+    #: The job's ``dependent_count`` as of its claim: more than 0 and
+    #: ``db.record_outcomes`` writes it in a transaction that releases the
+    #: children. 0 is always safe: a job that has dependents after all is
+    #: refused by the one-statement write, then written that way.
+    dependent_count: int = 0
 
 
 class ExpiredLease(NamedTuple):
@@ -73,3 +83,5 @@ class ExpiredLease(NamedTuple):
     lease_expires_at: datetime
     #: A cancel was requested while it ran: the reaper ends it ``cancelled``.
     cancel_requested: bool = False
+    #: Read under the reaper's row lock, so current until its transaction ends.
+    dependent_count: int = 0

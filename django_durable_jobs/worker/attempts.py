@@ -160,6 +160,12 @@ class AttemptTable:
         with self.lock:
             return any(a.holds_slot for a in self._attempts.values())
 
+    def outcomes_unwritten(self) -> bool:
+        """Whether an attempt's outcome is not written yet (a ``--burst`` worker waits:
+        writing it may make jobs that depend on it runnable)."""
+        with self.lock:
+            return any(a.outcome_unwritten for a in self._attempts.values())
+
     def in_flight(self) -> int:
         """Attempts a stopping worker waits for: taking a slot, and not yet recorded
         by someone else (a timed-out thread may never return; a released one is done)."""

@@ -115,6 +115,7 @@ def execute(
         deadline=None if attempt is None else attempt.deadline_at,
         _deadline_monotonic=None if attempt is None else attempt.deadline,
         _cancel=None if attempt is None else attempt.cancel,
+        _parent_count=job.parent_count,
     )
     started = time.perf_counter()
     # Handlers that use the ORM get this thread's own connection; drop it if

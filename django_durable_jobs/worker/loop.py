@@ -83,6 +83,13 @@ THROTTLE_LOG_EVERY_SECONDS = 60.0
 LIMITED_BUSY_RETRY_SECONDS = 0.01
 #: How often a short claim of keyed jobs asks whether a busy key held jobs back.
 KEYS_HELD_BACK_EVERY_SECONDS = 1.0
+#: While keyed jobs run, how soon after a plain claim came back short the next
+#: one may look again without a notification saying jobs were enqueued: at
+#: least this, and 20 times as long as that claim took (a claim reading past
+#: a long keyed backlog then costs the loop at most a twentieth of its time),
+#: never more than the poll interval.
+PLAIN_RECHECK_SECONDS = 0.1
+PLAIN_RECHECK_FACTOR = 20
 
 
 def default_worker_id() -> str:
@@ -198,6 +205,11 @@ class Worker:
         # @job's, and those the integrations declare (a Django task's).
         self._key_limits = hooks.concurrency_limits()
         self._keys_checked_at = 0.0
+        # Until then (monotonic), claims leave out the jobs without a key: the
+        # last such claim came back short (see _claim).
+        self._plain_short_until = 0.0
+        # The last claim left them out: it proves nothing about them.
+        self._plain_skipped = False
         self._idle_limited: set[str] = set()
         # The paused queues at the current claim (read by _claim).
         self._paused_now: frozenset[str] = frozenset()
@@ -351,6 +363,9 @@ class Worker:
                 if due:
                     # Limited queues found empty are looked at again.
                     self._idle_limited.clear()
+                if notified:
+                    # Jobs were enqueued (or given back): maybe without a key.
+                    self._plain_short_until = 0.0
                 # Each group with room (free slots, and its claim-ahead
                 # buffer: pool.py) asks for that many jobs: at a poll or a
                 # notification, or at once if its last claim was full.
@@ -367,6 +382,10 @@ class Worker:
                 # Whether jobs were in flight when this claim began: their
                 # ends may free a slot a limit or a busy key held.
                 ran_before = self.attempts.busy()
+                # Or whose outcomes were not written yet: writing one may make
+                # waiting jobs (depends_on) runnable after this claim looked,
+                # so a burst claims once more before it decides to exit.
+                unwritten_before = c.burst and (ran_before or self.attempts.outcomes_unwritten())
                 try:
                     jobs = self._claim(asks)
                     claim_failures = 0
@@ -387,12 +406,14 @@ class Worker:
                         # worker at that moment) has runnable jobs too.
                         busy = (
                             self.attempts.busy()
+                            or unwritten_before
                             or any(g.more_waiting for g in self._groups)
                             or bool(self._throttled_until)
                             # A claim that ran beside jobs of a limited queue
                             # or a busy key may have found nothing it may take
                             # yet: one more claim once nothing runs decides.
                             or (ran_before and bool(self._limits or self._key_limits))
+                            or self._plain_skipped
                         )
                     if c.burst and not busy:
                         logger.info("No runnable job left: exiting (--burst)")
@@ -431,10 +452,19 @@ class Worker:
         self._paused_now = self.paused.current()
         jobs = self._claim_limited(asks)
         keyed = self._key_limits
-        if self._group_by_queue is not None:
+        # A plain claim reads the claim index in order, past every runnable
+        # job of a keyed type: with a keyed backlog ahead, each one reads all
+        # of it. One that came back short found every job without a key
+        # there was, so, while keyed jobs keep the loop busy, the next looks
+        # again after a notification or PLAIN_RECHECK_SECONDS.
+        now = time.monotonic()
+        self._plain_skipped = bool(keyed) and now < self._plain_short_until
+        if self._plain_skipped:
+            pass
+        elif self._group_by_queue is not None:
             plain = [(g, room) for g, room in asks if g.label not in self._limits]
             if plain:
-                jobs += db.claim_per_queue(
+                unkeyed = db.claim_per_queue(
                     c.alias,
                     worker_id=c.worker_id,
                     lease_seconds=c.lease_seconds,
@@ -442,19 +472,26 @@ class Worker:
                     keyed_types=keyed,
                     excluded=self._paused_now,
                 )
+                if keyed and not unkeyed:  # every queue short; some may be short only
+                    self._plain_short_until = self._plain_recheck_at(now)
+                jobs += unkeyed
         else:
             ((group, room),) = asks
             only_limited = group.queues is not None and group.queues <= self._limits.keys()
-            if room - len(jobs) > 0 and not only_limited:
-                jobs += db.claim(
+            want = room - len(jobs)
+            if want > 0 and not only_limited:
+                unkeyed = db.claim(
                     c.alias,
                     worker_id=c.worker_id,
                     lease_seconds=c.lease_seconds,
-                    limit=room - len(jobs),
+                    limit=want,
                     queues=group.queues,
                     excluded=self._limits.keys() | self._paused_now,
                     keyed_types=keyed,
                 )
+                if keyed and len(unkeyed) < want:
+                    self._plain_short_until = self._plain_recheck_at(now)
+                jobs += unkeyed
         if keyed:
             jobs += self._claim_keyed(asks, jobs)
         now = time.monotonic()
@@ -536,6 +573,11 @@ class Worker:
                     # It filled the free slots: look again as soon as one frees.
                     self._throttled_until[queue] = 0.0
         return jobs
+
+    def _plain_recheck_at(self, began: float) -> float:
+        took = time.monotonic() - began
+        wait = max(PLAIN_RECHECK_SECONDS, PLAIN_RECHECK_FACTOR * took)
+        return began + took + min(wait, self.config.poll_interval)
 
     def _claim_keyed(
         self, asks: list[tuple[SlotGroup, int]], claimed: list[ClaimedJob]

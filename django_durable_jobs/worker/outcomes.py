@@ -56,6 +56,8 @@ class AttemptOf(Protocol):
     def attempt(self) -> int: ...
     @property
     def max_attempts(self) -> int: ...
+    @property
+    def dependent_count(self) -> int: ...
 
 
 class Failure:
@@ -102,7 +104,13 @@ def _last_error(failure: Failure) -> str:
 
 def complete(job: AttemptOf, result_json: str) -> Outcome:
     """The handler returned: ``completed``, with its result (JSON text)."""
-    return Outcome(job.id, job.lease_token, Transition.COMPLETE, result_json=result_json)
+    return Outcome(
+        job.id,
+        job.lease_token,
+        Transition.COMPLETE,
+        result_json=result_json,
+        dependent_count=job.dependent_count,
+    )
 
 
 def dead(job: AttemptOf, worker_id: str, failure: Failure, *, announce: bool = False) -> Outcome:
@@ -114,6 +122,7 @@ def dead(job: AttemptOf, worker_id: str, failure: Failure, *, announce: bool = F
         last_error=_last_error(failure),
         error_entry_json=_error_entry(job, worker_id, failure),
         announce=announce,
+        dependent_count=job.dependent_count,
     )
 
 
@@ -134,11 +143,16 @@ def retry(
         run_at=run_at,
         last_error=_last_error(failure),
         error_entry_json=_error_entry(job, worker_id, failure),
+        dependent_count=job.dependent_count,
     )
 
 
 def release(job_id: uuid.UUID, lease_token: uuid.UUID) -> Outcome:
-    """Give the job back (shutdown): pending now, the attempt not counted."""
+    """Give the job back (shutdown): pending now, the attempt not counted.
+
+    Without the job's ``dependent_count``: a job with dependents is written
+    on the second try (``db.record_outcomes``), which shutdowns can afford.
+    """
     return Outcome(job_id, lease_token, Transition.RELEASE, delay_us=0)
 
 
@@ -165,6 +179,7 @@ def cancel(job: AttemptOf, worker_id: str, failure: Failure, *, announce: bool =
         last_error=_last_error(failure),
         error_entry_json=_error_entry(job, worker_id, failure),
         announce=announce,
+        dependent_count=job.dependent_count,
     )
 
 

@@ -79,6 +79,20 @@ def cancellable(ctx: JobContext) -> dict[str, float]:
     return {"looped": seconds}
 
 
+@job("example.sum_parents")
+def sum_parents(ctx: JobContext) -> int | float:
+    """Returns the sum of its parents' numeric results (enqueue it with ``depends_on``).
+
+    A parent whose result is not a number (none, a dict, a dead parent's
+    ``None`` under ``on_parent_failure="run"``) adds nothing.
+    """
+    return sum(
+        result
+        for result in ctx.parent_results.values()
+        if isinstance(result, (int, float)) and not isinstance(result, bool)
+    )
+
+
 class ExampleFailure(Exception):
     pass
 

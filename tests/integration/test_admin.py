@@ -187,7 +187,7 @@ def test_cancel_changes_pending_jobs_requests_running_ones_and_skips_the_others(
     html = run_action(admin_client, JOBS, "cancel_jobs", [pending, running, dead])
     assert "1 job was cancelled." in html
     assert "Cancel requested for 1 running job: it ends cancelled when its handler stops." in html
-    assert "1 job was skipped: only pending or running jobs can be cancelled." in html
+    assert "1 job was skipped: only pending, waiting or running jobs can be cancelled." in html
     assert status_of(pending) == JobStatus.CANCELLED
     assert status_of(running) == JobStatus.RUNNING
     assert Job.objects.get(pk=running.pk).cancel_requested_at is not None

@@ -423,7 +423,8 @@ def test_cancel_of_a_running_job_is_a_202_and_asks_its_worker(staff: Api, slash:
 def test_cancel_of_a_finished_job_is_a_409(staff: Api, status: str) -> None:
     job = make(status)
     body = assert_error(staff.post(f"/api/jobs/{job.pk}/cancel"), 409, "invalid_state")
-    assert body["job_status"] == status and body["allowed"] == ["pending", "running"]
+    assert body["job_status"] == status
+    assert body["allowed"] == ["pending", "waiting", "running"]
     assert Job.objects.get(pk=job.pk).cancel_requested_at is None
 
 
@@ -461,7 +462,7 @@ def test_stats_counts_by_queue_and_status(staff: Api, slash: str) -> None:
     stats = staff.get(f"/api/jobs/stats{slash}").json()
     assert stats["total"] == 3
     assert stats["statuses"] == {
-        "pending": 2, "running": 0, "completed": 0, "dead": 1, "cancelled": 0,
+        "pending": 2, "running": 0, "completed": 0, "dead": 1, "cancelled": 0, "waiting": 0,
     }  # fmt: skip
     default, low = stats["queues"]["default"], stats["queues"]["low"]
     assert (default["pending"], default["dead"], default["total"]) == (1, 1, 2)

@@ -232,7 +232,7 @@ def test_cancel_of_a_running_job_requests_it() -> None:
 
 def test_cancel_of_a_finished_job_is_refused() -> None:
     job = make(JobStatus.COMPLETED)
-    with pytest.raises(CommandError, match="only pending or running jobs can be cancelled"):
+    with pytest.raises(CommandError, match="only pending, waiting or running jobs can be"):
         run("cancel", str(job.pk))
 
 

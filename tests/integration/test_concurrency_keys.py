@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from django_durable_jobs import InvalidJob, db, enqueue, enqueue_many
 from django_durable_jobs.db.records import ClaimedJob, Outcome, Transition
@@ -178,3 +179,35 @@ def test_enqueue_many_rows_take_a_concurrency_key_and_replays_compare_it() -> No
 
     with pytest.raises(IdempotencyConflict, match="concurrency_key"):
         enqueue("tests.serial", idempotency_key="i1", concurrency_key="other")
+
+
+def test_jobs_without_a_key_still_start_promptly_while_keyed_jobs_keep_the_worker_busy() -> None:
+    # 400 keyed jobs of 2 keys: the worker is busy with them for a while, and its
+    # claims of jobs without a key come back empty (it then asks less often).
+    enqueue_many(
+        [
+            {"type": "tests.serial", "payload": {"sleep": 0.01}, "concurrency_key": f"k{i % 2}"}
+            for i in range(400)
+        ]
+    )
+    running = RunningWorker(worker_config(burst=False, concurrency=4))
+    try:
+        wait_until(lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() >= 20)
+        # Announced by a notification, and one that becomes runnable without one.
+        notified = enqueue("tests.record").job
+        due = enqueue("tests.record", run_at=timezone.now() + timedelta(seconds=0.3)).job
+        wait_until(
+            lambda: all(
+                Job.objects.get(pk=j.pk).status == JobStatus.COMPLETED for j in (notified, due)
+            ),
+            timeout=10,
+            what="the jobs without a key",
+        )
+        keyed_left = Job.objects.filter(type="tests.serial").exclude(status=JobStatus.COMPLETED)
+        assert keyed_left.exists()  # they did not wait for the keyed backlog to drain
+    finally:
+        running.stop()
+    notified.refresh_from_db()
+    due.refresh_from_db()
+    assert notified.started_at - notified.created_at < timedelta(seconds=1)
+    assert due.started_at - due.available_at < timedelta(seconds=1)

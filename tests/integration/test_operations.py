@@ -44,7 +44,7 @@ def test_requeue_resets_a_dead_job_and_keeps_its_history() -> None:
         ),
         (
             "cancel",
-            [JobStatus.PENDING, JobStatus.RUNNING],
+            [JobStatus.PENDING, JobStatus.WAITING, JobStatus.RUNNING],
             [JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED],
         ),
         ("run_now", [JobStatus.PENDING], [JobStatus.RUNNING, JobStatus.DEAD, JobStatus.CANCELLED]),

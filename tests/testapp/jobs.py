@@ -360,3 +360,17 @@ async def async_to_thread(ctx: JobContext) -> dict[str, Any]:
         return {"thread": threading.current_thread().name}
 
     return await asyncio.to_thread(record)
+
+
+@job("tests.value")
+def value(ctx: JobContext) -> Any:
+    """Record the execution; return ``payload["value"]``."""
+    Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+    return ctx.payload.get("value")
+
+
+@job("tests.parents")
+def parents(ctx: JobContext) -> dict[str, Any]:
+    """Record the execution; return ``ctx.parent_results`` (ids as text)."""
+    Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+    return {str(parent): result for parent, result in ctx.parent_results.items()}

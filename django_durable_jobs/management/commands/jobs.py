@@ -86,6 +86,10 @@ def job_detail(job: Job) -> dict[str, Any]:
         "lease_holder": job.lease_holder,
         "lease_expires_at": _iso(job.lease_expires_at),
         "cancel_requested_at": _iso(job.cancel_requested_at),
+        "on_parent_failure": job.on_parent_failure,
+        "waiting_on": job.waiting_on,
+        "depends_on": [str(parent) for parent in job.parent_ids()],
+        "dependents": [str(child) for child in job.dependent_ids()],
         "last_error": job.last_error,
         "errors": job.errors,
         "result": job.result,
@@ -157,7 +161,9 @@ class Command(BaseCommand):
         )
 
         listing = add("list", "List jobs, newest first.")
-        listing.add_argument("--status", help="Only jobs in this status (pending, running, ...).")
+        listing.add_argument(
+            "--status", help="Only jobs in this status (pending, running, waiting, ...)."
+        )
         listing.add_argument("--type", help="Only jobs of this type.")
         listing.add_argument("--queue", help="Only jobs in this queue.")
         listing.add_argument(
@@ -179,8 +185,8 @@ class Command(BaseCommand):
 
         cancel = add(
             "cancel",
-            "Cancel pending jobs; ask running ones to stop (they end cancelled when "
-            "their handler stops).",
+            "Cancel pending and waiting jobs (and the waiting jobs that depend on them); ask "
+            "running ones to stop (they end cancelled when their handler stops).",
         )
         cancel.add_argument("ids", nargs="+", metavar="ID", help="Ids of the jobs to cancel.")
 
@@ -295,6 +301,8 @@ class Command(BaseCommand):
         for key, value in detail.items():
             if key in ("payload", "result", "errors"):
                 value = json.dumps(value, indent=2, default=str)
+            elif key in ("depends_on", "dependents"):
+                value = ", ".join(value)
             lines.append(f"{key}: {'' if value is None else value}")
         return detail, "\n".join(lines)
 
@@ -364,7 +372,7 @@ class Command(BaseCommand):
         ids = parse_ids(options["ids"])
         self._existing(ids)
         result = operations.cancel_many(ids)
-        data, text = self._bulk_report("cancelled", result, "pending or running")
+        data, text = self._bulk_report("cancelled", result, "pending, waiting or running")
         # Running jobs: asked to stop; they end cancelled when their handler does.
         data["cancel_requested"] = len(result.requested)
         data["cancel_requested_ids"] = [str(i) for i in result.requested]
