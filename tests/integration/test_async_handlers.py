@@ -179,6 +179,18 @@ def test_to_thread_calls_close_their_connections_after_each_call(
     assert Execution.objects.filter(job_id=job.pk, worker="to_thread").count() == 1
 
 
+def test_an_async_handler_reads_its_parents_results() -> None:
+    parent = enqueue("tests.value", {"value": {"n": 7}}).job
+    child = enqueue("tests.async_parents", depends_on=[parent]).job
+    for _ in range(20):
+        burst()
+        if finished(child.pk)():
+            break
+    row = Job.objects.get(pk=child.pk)
+    assert row.status == JobStatus.COMPLETED, row.last_error
+    assert row.result == {str(parent.pk): {"n": 7}}
+
+
 # --- time limits ----------------------------------------------------------------------
 
 

@@ -374,3 +374,9 @@ def parents(ctx: JobContext) -> dict[str, Any]:
     """Record the execution; return ``ctx.parent_results`` (ids as text)."""
     Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
     return {str(parent): result for parent, result in ctx.parent_results.items()}
+
+
+@job("tests.async_parents")
+async def async_parents(ctx: JobContext) -> dict[str, Any]:
+    """``ctx.parent_results`` from a coroutine (ids as text)."""
+    return {str(parent): result for parent, result in ctx.parent_results.items()}
