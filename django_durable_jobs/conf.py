@@ -224,7 +224,8 @@ SETTINGS: dict[str, Setting] = {
         "durable_jobs",
         _channel,
         f"a non-empty string of at most {NOTIFY_CHANNEL_MAX_BYTES} bytes",
-        "PostgreSQL NOTIFY channel that enqueue signals and workers listen on.",
+        "PostgreSQL NOTIFY channel that enqueue signals and workers listen on; finished jobs "
+        "are NOTIFYed on it with '_finished' appended, for wait().",
     ),
     "API_MAX_BODY_BYTES": Setting(
         1_048_576,

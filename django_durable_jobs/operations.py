@@ -109,7 +109,11 @@ def _apply(operation: str, job_ids: Iterable[uuid.UUID | str], using: str | None
                 requested = sorted(db.request_cancel(alias, sorted(running)))
         if changed:
             Job.objects.using(alias).filter(pk__in=changed).update(**changes)
-            if operation != "cancel":
+            if operation == "cancel":
+                # Wake their waiters (wait(), ?wait=) at commit, as
+                # record_outcomes does for the jobs a worker finishes.
+                db.notify_finished(alias, changed)
+            else:
                 queues = set(
                     Job.objects.using(alias).filter(pk__in=changed).values_list("queue", flat=True)
                 )

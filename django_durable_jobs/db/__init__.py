@@ -37,7 +37,13 @@ import psycopg
 from django.db import connections, router, transaction
 
 from ..conf import jobs_settings
-from ..constants import CANCEL_NOTIFY_PREFIX, QUEUE_STATE_NOTIFY_PREFIX
+from ..constants import (
+    CANCEL_NOTIFY_PREFIX,
+    FINISHED_CHANNEL_SUFFIX,
+    FINISHED_NOTIFY_IDS,
+    FINISHED_NOTIFY_PREFIX,
+    QUEUE_STATE_NOTIFY_PREFIX,
+)
 from .queries import QUERIES
 from .records import ClaimedJob, ExpiredLease, Outcome, Transition
 
@@ -62,12 +68,14 @@ __all__ = [
     "database_alias",
     "delete_worker",
     "extend_leases",
+    "finished_channel",
     "insert_jobs",
     "jobs_held_by_keys",
     "keys_held_back",
     "listen",
     "next_available_at",
     "notify",
+    "notify_finished",
     "notify_queue_state",
     "paused_queues",
     "prune_batch",
@@ -154,6 +162,34 @@ def notify(using: str, queues: Iterable[str]) -> None:
     names = sorted(set(queues))
     if names:
         _run(using, "notify_queues", {"channel": jobs_settings.NOTIFY_CHANNEL, "queues": names})
+
+
+def finished_channel() -> str:
+    """The channel finished jobs are NOTIFYed on (``wait()`` listens on it).
+
+    Not the workers' ``NOTIFY_CHANNEL``: PostgreSQL sends a LISTEN
+    connection only its own channels' notifications, so the workers'
+    listeners are never woken by a job finishing.
+    """
+    return f"{jobs_settings.NOTIFY_CHANNEL}{FINISHED_CHANNEL_SUFFIX}"
+
+
+def _finished_params() -> dict[str, Any]:
+    return {
+        "finished_channel": finished_channel(),
+        "finished_prefix": FINISHED_NOTIFY_PREFIX,
+        "finished_chunk": FINISHED_NOTIFY_IDS,
+    }
+
+
+def notify_finished(using: str, job_ids: Collection[uuid.UUID]) -> None:
+    """Tell the waiters of ``job_ids`` that these jobs finished (delivered at commit).
+
+    For the finishes that do not go through ``record_outcomes`` (which
+    notifies by itself): a pending job cancelled.
+    """
+    if job_ids:
+        _run(using, "notify_finished", {"ids": list(job_ids), **_finished_params()})
 
 
 def request_cancel(using: str, job_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
@@ -538,6 +574,7 @@ def _outcomes_params(outcomes: Sequence[Outcome], history_limit: int) -> dict[st
     return {
         "outcomes": "[" + ",".join(map(_outcome_row, outcomes)) + "]",
         "history_limit": history_limit,
+        **_finished_params(),
     }
 
 

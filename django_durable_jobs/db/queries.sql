@@ -200,8 +200,21 @@ WITH candidates AS MATERIALIZED (
 ),
 <<_claimed>>
 
+-- _finished_notified --
+-- A fragment (see queries.py) that goes on with a WITH holding a CTE `finished(id)`: the jobs this statement finished (completed, dead or cancelled). NOTIFY them on %(finished_channel)s, delivered at commit, for wait() and await_job(): '<prefix><id>,<id>,...', %(finished_chunk)s ids a notification, so that a payload stays under PostgreSQL's 8,000 bytes. One notification for a statement (and a few for a big batch), not one a job: each costs a queue entry at commit. `finished_notified` is one row, its count of notifications; the statement must join it for PostgreSQL to evaluate it.
+finished_notified AS (
+    SELECT count(*) AS notifications
+    FROM (
+        SELECT pg_notify(%(finished_channel)s, %(finished_prefix)s || string_agg(id::text, ','))
+        FROM (
+            SELECT id, (row_number() OVER () - 1) / %(finished_chunk)s AS chunk FROM finished
+        ) AS numbered
+        GROUP BY chunk
+    ) AS sent
+)
+
 -- record_outcomes --
--- Record the outcomes of a batch of attempts in one statement: each row's transition (complete, retry, dead, release, cancel) says what it writes. Each outcome is fenced by its claim's lease token: an outcome from a worker whose lease was reaped (and maybe claimed again) matches no row and changes nothing. A retry or release of a job whose cancel was requested (cancel_requested_at) ends it cancelled instead: the worker had not heard of the request yet, and a cancelled job must not run again. Returns the ids written.
+-- Record the outcomes of a batch of attempts in one statement: each row's transition (complete, retry, dead, release, cancel) says what it writes. Each outcome is fenced by its claim's lease token: an outcome from a worker whose lease was reaped (and maybe claimed again) matches no row and changes nothing. A retry or release of a job whose cancel was requested (cancel_requested_at) ends it cancelled instead: the worker had not heard of the request yet, and a cancelled job must not run again. The jobs it finishes are NOTIFYed at commit (_finished_notified). Returns the ids written.
 WITH outcome AS (
     -- Row: [id, lease_token, transition, result, delay_us, run_at,
     --       last_error, error_entry]
@@ -215,7 +228,8 @@ WITH outcome AS (
         o->>6 AS last_error,
         NULLIF(o->7, 'null'::jsonb) AS error_entry
     FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
-)
+),
+recorded AS (
 UPDATE durable_jobs_job AS job
 SET status = CASE
         WHEN outcome.transition = 'complete' THEN 'completed'
@@ -258,7 +272,16 @@ SET status = CASE
     updated_at = now()
 FROM outcome
 WHERE job.id = outcome.id AND job.lease_token = outcome.token AND job.status = 'running'
-RETURNING job.id;
+RETURNING job.id, job.status
+),
+finished AS (
+    -- A retry or release leaves the job pending: not finished.
+    SELECT id FROM recorded WHERE status IN ('completed', 'dead', 'cancelled')
+),
+<<_finished_notified>>
+-- One row of finished_notified (an aggregate), so every written id comes out.
+SELECT recorded.id
+FROM recorded CROSS JOIN finished_notified;
 
 -- extend_leases --
 -- Heartbeat: push back the lease expiry of the jobs this worker still holds (matched by lease token). Returns the ids extended; a held job missing from them was reaped.
@@ -479,6 +502,14 @@ WHERE status = 'pending' AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues
 SELECT name, EXTRACT(EPOCH FROM paused_until - now())
 FROM durable_jobs_queue
 WHERE paused_at IS NOT NULL AND (paused_until IS NULL OR paused_until > now());
+
+-- notify_finished --
+-- Tell wait() and await_job() that these jobs finished outside record_outcomes (a pending job cancelled), as record_outcomes does: delivered at commit, %(finished_chunk)s ids a notification.
+WITH finished AS (
+    SELECT unnest(%(ids)s::uuid[]) AS id
+),
+<<_finished_notified>>
+SELECT notifications FROM finished_notified;
 
 -- notify_queues --
 -- Wake the workers of these queues, as enqueue does (requeue, run now).
