@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .context import JobContext
     from .enqueueing import EnqueueResult, enqueue, enqueue_many
     from .pausing import pause_queue, paused_queues, resume_queue
+    from .waiting import await_job, wait
 
 __version__ = "0.1.0.dev0"
 
@@ -43,12 +44,14 @@ __all__ = [
     "JobTimeout",
     "Retry",
     "__version__",
+    "await_job",
     "enqueue",
     "enqueue_many",
     "job",
     "pause_queue",
     "paused_queues",
     "resume_queue",
+    "wait",
 ]
 
 _LAZY = {
@@ -59,6 +62,8 @@ _LAZY = {
     "pause_queue": "pausing",
     "paused_queues": "pausing",
     "resume_queue": "pausing",
+    "wait": "waiting",
+    "await_job": "waiting",
 }
 
 

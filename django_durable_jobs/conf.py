@@ -214,6 +214,13 @@ SETTINGS: dict[str, Setting] = {
         "a number > 0",
         "Fallback poll when no notification arrives.",
     ),
+    "WAIT_POLL_INTERVAL_SECONDS": Setting(
+        2.0,
+        _positive_seconds,
+        "a number > 0",
+        "How often wait(), await_job() and GET /api/jobs/{id}?wait= look at the job when no "
+        "notification comes (the fallback of LISTEN/NOTIFY).",
+    ),
     "ERROR_HISTORY_LIMIT": Setting(
         20,
         _positive_int,

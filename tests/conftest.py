@@ -16,3 +16,18 @@ def clean_registry() -> Iterator[None]:
     finally:
         registry._handlers.clear()
         registry._handlers.update(saved)
+
+
+@pytest.fixture
+def fresh_wait_listeners() -> Iterator[None]:
+    """Close the test's ``wait()`` listeners (and their LISTEN connections) after it.
+
+    The next test starts without one, so what it counts (connections,
+    waiters) is its own.
+    """
+    from django_durable_jobs.waiting import listener
+
+    yield
+    for each in list(listener._listeners.values()):
+        each.close()
+    listener._listeners.clear()
