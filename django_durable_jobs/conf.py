@@ -258,6 +258,13 @@ SETTINGS: dict[str, Setting] = {
         f"a number of seconds > 0 and <= {MAX_DELAY_SECONDS}",
         "Largest per-job timeout a POST /api/jobs may ask for (400 above it).",
     ),
+    "API_MAX_WAITING_REQUESTS": Setting(
+        4,
+        _positive_int,
+        "an integer >= 1",
+        "Most GET /api/jobs/{id}?wait= requests one process holds at once (each holds a server "
+        "thread); above it, 503 with Retry-After.",
+    ),
     "API_PAGE_SIZE": Setting(
         50,
         _page_size,
