@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -34,7 +35,7 @@ logger = logging.getLogger("django_durable_jobs.waiting")
 
 #: Close the connection (and end the thread) after this long without waiters.
 IDLE_SECONDS = 30.0
-#: How often the thread looks up from its connection (stop and idle checks).
+#: How often the thread looks up from its connection (close and idle checks).
 TICK_SECONDS = 0.5
 RECONNECT_BASE_SECONDS = 0.5
 RECONNECT_CAP_SECONDS = 30.0
@@ -103,7 +104,8 @@ class WaitListener:
         self._lock = threading.Lock()
         self._waiters: dict[uuid.UUID, set[Waiter]] = {}
         self._thread: threading.Thread | None = None
-        self._idle_ticks = 0
+        #: When the last waiter left (monotonic seconds).
+        self._idle_since = time.monotonic()
         self._closed = threading.Event()
 
     # -- waiters -------------------------------------------------------------
@@ -112,7 +114,6 @@ class WaitListener:
         """Wake ``waiter`` when ``job_id`` is heard of; start the thread if it is not running."""
         with self._lock:
             self._waiters.setdefault(job_id, set()).add(waiter)
-            self._idle_ticks = 0
             if self._thread is None and not self._closed.is_set():
                 # The connection's parameters are read here, on the caller's
                 # thread: Django's connection objects are per thread.
@@ -132,6 +133,8 @@ class WaitListener:
                 waiters.discard(waiter)
                 if not waiters:
                     del self._waiters[job_id]
+                    if not self._waiters:
+                        self._idle_since = time.monotonic()
 
     def waiting(self) -> int:
         """How many waiters are registered (for tests and diagnostics)."""
@@ -164,13 +167,9 @@ class WaitListener:
         The next waiter starts another one.
         """
         with self._lock:
-            if not self._closed.is_set():
-                if self._waiters:
-                    self._idle_ticks = 0
-                    return False
-                self._idle_ticks += 1
-                if self._idle_ticks * TICK_SECONDS < IDLE_SECONDS:
-                    return False
+            idle = not self._waiters and time.monotonic() - self._idle_since >= IDLE_SECONDS
+            if not self._closed.is_set() and not idle:
+                return False
             self._thread = None
             self.connected.clear()
             return True
