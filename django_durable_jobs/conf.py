@@ -234,6 +234,13 @@ SETTINGS: dict[str, Setting] = {
         "PostgreSQL NOTIFY channel that enqueue signals and workers listen on; finished jobs "
         "are NOTIFYed on it with '_finished' appended, for wait().",
     ),
+    "NOTIFY_FINISHED": Setting(
+        True,
+        _bool,
+        "True or False",
+        "Whether the workers (and cancels) NOTIFY finished jobs for wait(); False: waiters "
+        "poll only, and outcomes' commits skip PostgreSQL's cluster-wide notify lock.",
+    ),
     "API_MAX_BODY_BYTES": Setting(
         1_048_576,
         _positive_int,

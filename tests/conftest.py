@@ -18,16 +18,14 @@ def clean_registry() -> Iterator[None]:
         registry._handlers.update(saved)
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def fresh_wait_listeners() -> Iterator[None]:
     """Close the test's ``wait()`` listeners (and their LISTEN connections) after it.
 
     The next test starts without one, so what it counts (connections,
-    waiters) is its own.
+    waiters) is its own, and no connection outlives the test database.
     """
-    from django_durable_jobs.waiting import listener
+    from django_durable_jobs.waiting.listener import close_listeners
 
     yield
-    for each in list(listener._listeners.values()):
-        each.close()
-    listener._listeners.clear()
+    close_listeners()

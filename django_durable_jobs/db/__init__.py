@@ -176,6 +176,7 @@ def finished_channel() -> str:
 
 def _finished_params() -> dict[str, Any]:
     return {
+        "notify_finished": bool(jobs_settings.NOTIFY_FINISHED),
         "finished_channel": finished_channel(),
         "finished_prefix": FINISHED_NOTIFY_PREFIX,
         "finished_chunk": FINISHED_NOTIFY_IDS,
@@ -186,9 +187,10 @@ def notify_finished(using: str, job_ids: Collection[uuid.UUID]) -> None:
     """Tell the waiters of ``job_ids`` that these jobs finished (delivered at commit).
 
     For the finishes that do not go through ``record_outcomes`` (which
-    notifies by itself): a pending job cancelled.
+    notifies by itself): a pending job cancelled. Nothing with
+    ``NOTIFY_FINISHED`` off.
     """
-    if job_ids:
+    if job_ids and jobs_settings.NOTIFY_FINISHED:
         _run(using, "notify_finished", {"ids": list(job_ids), **_finished_params()})
 
 

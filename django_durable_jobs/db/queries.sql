@@ -201,7 +201,7 @@ WITH candidates AS MATERIALIZED (
 <<_claimed>>
 
 -- _finished_notified --
--- A fragment (see queries.py) that goes on with a WITH holding a CTE `finished(id)`: the jobs this statement finished (completed, dead or cancelled). NOTIFY them on %(finished_channel)s, delivered at commit, for wait() and await_job(): '<prefix><id>,<id>,...', %(finished_chunk)s ids a notification, so that a payload stays under PostgreSQL's 8,000 bytes. One notification for a statement (and a few for a big batch), not one a job: each costs a queue entry at commit. `finished_notified` is one row, its count of notifications; the statement must join it for PostgreSQL to evaluate it.
+-- A fragment (see queries.py) that goes on with a WITH holding a CTE `finished(id)`: the jobs this statement finished (completed, dead or cancelled). NOTIFY them on %(finished_channel)s, delivered at commit, for wait() and await_job(): '<prefix><id>,<id>,...', %(finished_chunk)s ids a notification, so that a payload stays under PostgreSQL's 8,000 bytes. One notification for a statement (and a few for a big batch), not one a job: each costs a queue entry at commit. No finished job, no pg_notify: a NOTIFYing commit holds PostgreSQL's cluster-wide notify lock until it is flushed. `finished_notified` is one row, its count of notifications; the statement must join it for PostgreSQL to evaluate it.
 finished_notified AS (
     SELECT count(*) AS notifications
     FROM (
@@ -275,8 +275,10 @@ WHERE job.id = outcome.id AND job.lease_token = outcome.token AND job.status = '
 RETURNING job.id, job.status
 ),
 finished AS (
-    -- A retry or release leaves the job pending: not finished.
-    SELECT id FROM recorded WHERE status IN ('completed', 'dead', 'cancelled')
+    -- A retry or release leaves the job pending: not finished. None at all
+    -- with NOTIFY_FINISHED off: no NOTIFY, no notify lock at commit.
+    SELECT id FROM recorded
+    WHERE %(notify_finished)s::boolean AND status IN ('completed', 'dead', 'cancelled')
 ),
 <<_finished_notified>>
 -- One row of finished_notified (an aggregate), so every written id comes out.

@@ -244,6 +244,18 @@ def listener_for(alias: str) -> WaitListener:
         return listener
 
 
+def close_listeners() -> None:
+    """Close this process's listeners and forget them (tests, benchmarks).
+
+    Their LISTEN connections go; the next waiter starts a new listener.
+    """
+    with _listeners_lock:
+        closing = list(_listeners.values())
+        _listeners.clear()
+    for listener in closing:
+        listener.close()
+
+
 def _forget_listeners() -> None:
     # A forked child has none of its parent's threads: it makes its own
     # listeners (and must not reuse a lock some parent thread held).

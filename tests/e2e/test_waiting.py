@@ -27,7 +27,6 @@ from .test_worker_processes import Workers
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("fresh_wait_listeners"),
 ]
 
 

@@ -18,10 +18,7 @@ from tests.factories import complete_next, wait_until
 
 from .test_api import Api, assert_error, make_user
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("fresh_wait_listeners"),
-]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 SLOW_POLL = {"WAIT_POLL_INTERVAL_SECONDS": 60.0}
 

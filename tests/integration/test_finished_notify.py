@@ -11,8 +11,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.test import override_settings
 
-from django_durable_jobs import db, enqueue, operations
+from django_durable_jobs import db, enqueue, operations, wait
 from django_durable_jobs.constants import FINISHED_NOTIFY_PREFIX
 from django_durable_jobs.db.records import Outcome, Transition
 from tests.factories import claim_directly, complete_next, finish
@@ -113,3 +114,20 @@ def test_a_forced_exit_s_last_write_notifies_too() -> None:
             timeout_seconds=5,
         )
         assert finished_notifications(conn) == [[str(claimed.id)]]
+
+
+def test_with_notify_finished_off_nothing_is_notified_and_wait_polls() -> None:
+    ids = [enqueue("tests.record").job.pk for _ in range(2)]
+    with override_settings(DURABLE_JOBS={"NOTIFY_FINISHED": False}), new_connection() as conn:
+        db.listen(conn, db.finished_channel())
+        db.listen(conn, "durable_jobs")  # the workers' channel, for the event that follows
+        complete_next()
+        operations.cancel(ids[1])
+        enqueue("tests.record")  # its wake-up comes after whatever the two sent
+        conn.execute("SELECT 1")
+        heard = [(n.channel, n.payload) for n in conn.notifies(timeout=0.5)]
+    assert heard == [("durable_jobs", "default")]
+    with override_settings(
+        DURABLE_JOBS={"NOTIFY_FINISHED": False, "WAIT_POLL_INTERVAL_SECONDS": 0.1}
+    ):
+        assert wait(ids[0], timeout=5).status == "completed"

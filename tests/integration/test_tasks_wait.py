@@ -23,10 +23,7 @@ from django_durable_jobs.models import Job
 from tests.factories import RunningWorker, worker_config
 from tests.testapp import tasks
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("fresh_wait_listeners"),
-]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
