@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .dependencies import chain, group
     from .enqueueing import EnqueueResult, enqueue, enqueue_many
     from .pausing import pause_queue, paused_queues, resume_queue
+    from .waiting import await_job, wait
 
 __version__ = "0.1.0.dev0"
 
@@ -44,6 +45,7 @@ __all__ = [
     "JobTimeout",
     "Retry",
     "__version__",
+    "await_job",
     "chain",
     "enqueue",
     "enqueue_many",
@@ -52,6 +54,7 @@ __all__ = [
     "pause_queue",
     "paused_queues",
     "resume_queue",
+    "wait",
 ]
 
 _LAZY = {
@@ -64,6 +67,8 @@ _LAZY = {
     "pause_queue": "pausing",
     "paused_queues": "pausing",
     "resume_queue": "pausing",
+    "wait": "waiting",
+    "await_job": "waiting",
 }
 
 

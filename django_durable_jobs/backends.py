@@ -19,11 +19,19 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .tasks import TASKS_AVAILABLE
 from .tasks.options import TaskOptions, current_task_options, task_options
+from .tasks.waiting import await_result, wait_result
 
 if TYPE_CHECKING:
     from .tasks.backend import DurableJobsBackend
 
-__all__ = ["DurableJobsBackend", "TaskOptions", "current_task_options", "task_options"]
+__all__ = [
+    "DurableJobsBackend",
+    "TaskOptions",
+    "await_result",
+    "current_task_options",
+    "task_options",
+    "wait_result",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -214,6 +214,13 @@ SETTINGS: dict[str, Setting] = {
         "a number > 0",
         "Fallback poll when no notification arrives.",
     ),
+    "WAIT_POLL_INTERVAL_SECONDS": Setting(
+        2.0,
+        _positive_seconds,
+        "a number > 0",
+        "How often wait(), await_job() and GET /api/jobs/{id}?wait= look at the job when no "
+        "notification comes (the fallback of LISTEN/NOTIFY).",
+    ),
     "ERROR_HISTORY_LIMIT": Setting(
         20,
         _positive_int,
@@ -224,7 +231,15 @@ SETTINGS: dict[str, Setting] = {
         "durable_jobs",
         _channel,
         f"a non-empty string of at most {NOTIFY_CHANNEL_MAX_BYTES} bytes",
-        "PostgreSQL NOTIFY channel that enqueue signals and workers listen on.",
+        "PostgreSQL NOTIFY channel that enqueue signals and workers listen on; finished jobs "
+        "are NOTIFYed on it with '_finished' appended, for wait().",
+    ),
+    "NOTIFY_FINISHED": Setting(
+        True,
+        _bool,
+        "True or False",
+        "Whether the workers (and cancels) NOTIFY finished jobs for wait(); False: waiters "
+        "poll only, and outcomes' commits skip PostgreSQL's cluster-wide notify lock.",
     ),
     "API_MAX_BODY_BYTES": Setting(
         1_048_576,
@@ -249,6 +264,13 @@ SETTINGS: dict[str, Setting] = {
         _time_limit,
         f"a number of seconds > 0 and <= {MAX_DELAY_SECONDS}",
         "Largest per-job timeout a POST /api/jobs may ask for (400 above it).",
+    ),
+    "API_MAX_WAITING_REQUESTS": Setting(
+        4,
+        _positive_int,
+        "an integer >= 1",
+        "Most GET /api/jobs/{id}?wait= requests one process holds at once (each holds a server "
+        "thread); above it, 503 with Retry-After.",
     ),
     "API_PAGE_SIZE": Setting(
         50,

@@ -30,8 +30,18 @@ QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 # A delay longer than this is surely a unit mistake (milliseconds for
 # seconds); it also keeps available_at far inside PostgreSQL's range.
 MAX_DELAY_SECONDS = 100 * 365 * 24 * 3600
-# PostgreSQL truncates identifiers, channel names included, at 63 bytes.
-NOTIFY_CHANNEL_MAX_BYTES = 63
+# Finished jobs (completed, dead, cancelled) are NOTIFYed for wait() on a
+# channel of their own, NOTIFY_CHANNEL and this suffix: a worker's LISTEN
+# connection, on NOTIFY_CHANNEL, is never sent them.
+FINISHED_CHANNEL_SUFFIX = "_finished"
+# PostgreSQL truncates identifiers, channel names included, at 63 bytes,
+# and the finished channel adds its suffix to NOTIFY_CHANNEL.
+NOTIFY_CHANNEL_MAX_BYTES = 63 - len(FINISHED_CHANNEL_SUFFIX)
+# A finished notification's payload: this prefix, then the ids, comma-separated.
+FINISHED_NOTIFY_PREFIX = "finished:"
+# Ids per finished notification: PostgreSQL refuses a payload of 8,000 bytes
+# or more, and the prefix with 200 comma-separated ids makes 7,408 bytes.
+FINISHED_NOTIFY_IDS = 200
 # A pause or resume is announced on NOTIFY_CHANNEL as this prefix and the
 # queue's name: ":" is never in a queue name, so an enqueue's notification
 # (the bare queue name) cannot be mistaken for one.

@@ -122,6 +122,9 @@ def _apply(operation: str, job_ids: Iterable[uuid.UUID | str], using: str | None
                 db.release_dependents(
                     alias, {pk: JobStatus.CANCELLED for pk, count in locked.items() if count}
                 )
+                # Wake their waiters (wait(), ?wait=) at commit, as
+                # record_outcomes does for the jobs a worker finishes.
+                db.notify_finished(alias, changed)
             else:
                 if operation == "requeue":
                     db.rewait_dependents(alias, [pk for pk, count in locked.items() if count])

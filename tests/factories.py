@@ -11,6 +11,7 @@ run") comes after a positive event that must follow what must not happen.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -21,7 +22,7 @@ from typing import Any
 
 from django_durable_jobs import db, enqueue
 from django_durable_jobs.backoff import RetryPolicy
-from django_durable_jobs.db.records import ClaimedJob, Outcome
+from django_durable_jobs.db.records import ClaimedJob, Outcome, Transition
 from django_durable_jobs.models import Job
 from django_durable_jobs.worker import Worker, WorkerConfig
 from django_durable_jobs.worker.maintenance import Maintenance
@@ -174,6 +175,13 @@ def claim_directly(worker_id: str = "w-direct", lease_seconds: float = 30.0) -> 
 def finish(outcome: Outcome) -> set[uuid.UUID]:
     """Write one outcome as the completer would; the ids of the rows it changed."""
     return db.record_outcomes("default", [outcome], history_limit=20)
+
+
+def complete_next(result: Any = None) -> uuid.UUID:
+    """Claim the next runnable job and complete it, as a worker would; its id."""
+    claimed = claim_directly()
+    assert finish(Outcome(claimed.id, claimed.lease_token, Transition.COMPLETE, json.dumps(result)))
+    return claimed.id
 
 
 def expire(job_id: uuid.UUID) -> None:

@@ -52,6 +52,24 @@ class LengthRequired(APIError):
     default_detail = "Send the request body with a Content-Length header (not chunked)."
 
 
+class TooManyWaiting(APIError):
+    """``?wait=`` while the process already holds ``API_MAX_WAITING_REQUESTS`` waiting requests.
+
+    ``wait`` makes DRF's handler send ``Retry-After`` (seconds).
+    """
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "too_many_waiting"
+    wait = 1
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"This server already holds {limit} waiting requests (API_MAX_WAITING_REQUESTS); "
+            f"retry after {self.wait} s, or ask without ?wait=.",
+            extra={"limit": limit},
+        )
+
+
 class Conflict(APIError):
     status_code = status.HTTP_409_CONFLICT
     default_code = "conflict"

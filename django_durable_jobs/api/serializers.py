@@ -517,6 +517,14 @@ class ValidationErrorSerializer(ErrorSerializer):
     )
 
 
+class TooManyWaitingSerializer(ErrorSerializer):
+    """A ``?wait=`` refused: this process already holds as many waiting requests as it may."""
+
+    limit = serializers.IntegerField(
+        help_text="API_MAX_WAITING_REQUESTS: the waiting requests one process holds at most."
+    )
+
+
 class IdempotencyConflictSerializer(ErrorSerializer):
     job_id = serializers.UUIDField(help_text="The job that holds the key.")
     differences = serializers.ListField(

@@ -28,8 +28,9 @@ from rest_framework.viewsets import GenericViewSet
 
 from .. import db, operations, pausing
 from ..enqueueing import enqueue
-from ..models import Job, JobStatus
+from ..models import FINISHED_STATUSES, Job, JobStatus
 from ..schedules.overview import schedule_overview
+from . import long_poll
 from . import serializers as s
 from .errors import exception_handler
 from .pagination import JobCursorPagination
@@ -187,11 +188,52 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
 
     @extend_schema(
         summary="One job, with its result and failure history",
-        parameters=[JOB_ID],
-        responses={200: s.JobDetailSerializer, **AUTH_ERRORS, **NOT_FOUND},
+        description=(
+            "With `?wait=S` (seconds, > 0 and at most 30), a long poll: the answer comes as "
+            "soon as the job is finished (completed, dead or cancelled), or after S seconds "
+            "with the job as it is then (still 200: read its status). A waiting request holds "
+            "a server thread; at most API_MAX_WAITING_REQUESTS wait at once per process, and "
+            "one more that would have to wait is answered 503 with Retry-After."
+        ),
+        parameters=[
+            JOB_ID,
+            OpenApiParameter(
+                "wait",
+                float,
+                description=(
+                    "Seconds to wait for the job to finish, > 0 and at most "
+                    f"{long_poll.MAX_WAIT_SECONDS:g}; absent: answer at once."
+                ),
+            ),
+            OpenApiParameter(
+                "Retry-After",
+                int,
+                OpenApiParameter.HEADER,
+                response=[503],
+                description="Seconds to wait before asking again.",
+            ),
+        ],
+        responses={
+            200: s.JobDetailSerializer,
+            400: OpenApiResponse(s.ValidationErrorSerializer, description="A bad `wait`."),
+            **AUTH_ERRORS,
+            **NOT_FOUND,
+            503: OpenApiResponse(
+                s.TooManyWaitingSerializer,
+                description=(
+                    "`?wait=` on an unfinished job while API_MAX_WAITING_REQUESTS requests "
+                    "already wait in this process; Retry-After says when to try again."
+                ),
+            ),
+        },
     )
     def retrieve(self, request: Request, pk: str) -> Response:
-        return self._answer(Job.objects.get(pk=self._job_id()))
+        job_id = self._job_id()
+        seconds = long_poll.wait_seconds(request.query_params)
+        job = Job.objects.get(pk=job_id)
+        if seconds is not None and job.status not in FINISHED_STATUSES:
+            job = long_poll.wait_for(job_id, seconds)
+        return self._answer(job)
 
     @extend_schema(
         summary="Requeue a dead or cancelled job",

@@ -39,7 +39,13 @@ import psycopg
 from django.db import connections, router, transaction
 
 from ..conf import jobs_settings
-from ..constants import CANCEL_NOTIFY_PREFIX, QUEUE_STATE_NOTIFY_PREFIX
+from ..constants import (
+    CANCEL_NOTIFY_PREFIX,
+    FINISHED_CHANNEL_SUFFIX,
+    FINISHED_NOTIFY_IDS,
+    FINISHED_NOTIFY_PREFIX,
+    QUEUE_STATE_NOTIFY_PREFIX,
+)
 from .queries import QUERIES
 from .records import ClaimedJob, ExpiredLease, Outcome, Transition
 
@@ -65,6 +71,7 @@ __all__ = [
     "database_alias",
     "delete_worker",
     "extend_leases",
+    "finished_channel",
     "insert_jobs",
     "insert_jobs_with_parents",
     "jobs_held_by_keys",
@@ -72,6 +79,7 @@ __all__ = [
     "listen",
     "next_available_at",
     "notify",
+    "notify_finished",
     "notify_queue_state",
     "paused_queues",
     "prune_batch",
@@ -160,6 +168,36 @@ def notify(using: str, queues: Iterable[str]) -> None:
     names = sorted(set(queues))
     if names:
         _run(using, "notify_queues", {"channel": jobs_settings.NOTIFY_CHANNEL, "queues": names})
+
+
+def finished_channel() -> str:
+    """The channel finished jobs are NOTIFYed on (``wait()`` listens on it).
+
+    Not the workers' ``NOTIFY_CHANNEL``: PostgreSQL sends a LISTEN
+    connection only its own channels' notifications, so the workers'
+    listeners are never woken by a job finishing.
+    """
+    return f"{jobs_settings.NOTIFY_CHANNEL}{FINISHED_CHANNEL_SUFFIX}"
+
+
+def _finished_params() -> dict[str, Any]:
+    return {
+        "notify_finished": bool(jobs_settings.NOTIFY_FINISHED),
+        "finished_channel": finished_channel(),
+        "finished_prefix": FINISHED_NOTIFY_PREFIX,
+        "finished_chunk": FINISHED_NOTIFY_IDS,
+    }
+
+
+def notify_finished(using: str, job_ids: Collection[uuid.UUID]) -> None:
+    """Tell the waiters of ``job_ids`` that these jobs finished (delivered at commit).
+
+    For the finishes that do not go through ``record_outcomes`` (which
+    notifies by itself): a pending job cancelled. Nothing with
+    ``NOTIFY_FINISHED`` off.
+    """
+    if job_ids and jobs_settings.NOTIFY_FINISHED:
+        _run(using, "notify_finished", {"ids": list(job_ids), **_finished_params()})
 
 
 def request_cancel(using: str, job_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
@@ -590,6 +628,7 @@ def _outcomes_params(
         "outcomes": "[" + ",".join(map(_outcome_row, outcomes)) + "]",
         "history_limit": history_limit,
         "without_dependents": without_dependents,
+        **_finished_params(),
     }
 
 

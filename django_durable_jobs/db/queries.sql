@@ -302,8 +302,21 @@ WITH candidates AS MATERIALIZED (
 ),
 <<_claimed>>
 
+-- _finished_notified --
+-- A fragment (see queries.py) that goes on with a WITH holding a CTE `finished(id)`: the jobs this statement finished (completed, dead or cancelled). NOTIFY them on %(finished_channel)s, delivered at commit, for wait() and await_job(): '<prefix><id>,<id>,...', %(finished_chunk)s ids a notification, so that a payload stays under PostgreSQL's 8,000 bytes. One notification for a statement (and a few for a big batch), not one a job: each costs a queue entry at commit. No finished job, no pg_notify: a NOTIFYing commit holds PostgreSQL's cluster-wide notify lock until it is flushed. `finished_notified` is one row, its count of notifications; the statement must join it for PostgreSQL to evaluate it.
+finished_notified AS (
+    SELECT count(*) AS notifications
+    FROM (
+        SELECT pg_notify(%(finished_channel)s, %(finished_prefix)s || string_agg(id::text, ','))
+        FROM (
+            SELECT id, (row_number() OVER () - 1) / %(finished_chunk)s AS chunk FROM finished
+        ) AS numbered
+        GROUP BY chunk
+    ) AS sent
+)
+
 -- record_outcomes --
--- Record the outcomes of a batch of attempts in one statement: each row's transition (complete, retry, dead, release, cancel) says what it writes. Each outcome is fenced by its claim's lease token: an outcome from a worker whose lease was reaped (and maybe claimed again) matches no row and changes nothing. A retry or release of a job whose cancel was requested (cancel_requested_at) ends it cancelled instead: the worker had not heard of the request yet, and a cancelled job must not run again. With %(without_dependents)s, only jobs without dependents are written: a job that gained a child since its worker claimed it is left to a write in a transaction that releases its children (db.record_outcomes), since this statement's snapshot may not see the child. Returns the ids written, their new status and dependent_count.
+-- Record the outcomes of a batch of attempts in one statement: each row's transition (complete, retry, dead, release, cancel) says what it writes. Each outcome is fenced by its claim's lease token: an outcome from a worker whose lease was reaped (and maybe claimed again) matches no row and changes nothing. A retry or release of a job whose cancel was requested (cancel_requested_at) ends it cancelled instead: the worker had not heard of the request yet, and a cancelled job must not run again. With %(without_dependents)s, only jobs without dependents are written: a job that gained a child since its worker claimed it is left to a write in a transaction that releases its children (db.record_outcomes), since this statement's snapshot may not see the child. The jobs it finishes are NOTIFYed at commit (_finished_notified). Returns the ids written, their new status and dependent_count.
 WITH outcome AS (
     -- Row: [id, lease_token, transition, result, delay_us, run_at,
     --       last_error, error_entry]
@@ -317,7 +330,8 @@ WITH outcome AS (
         o->>6 AS last_error,
         NULLIF(o->7, 'null'::jsonb) AS error_entry
     FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
-)
+),
+recorded AS (
 UPDATE durable_jobs_job AS job
 SET status = CASE
         WHEN outcome.transition = 'complete' THEN 'completed'
@@ -361,7 +375,18 @@ SET status = CASE
 FROM outcome
 WHERE job.id = outcome.id AND job.lease_token = outcome.token AND job.status = 'running'
     AND (job.dependent_count = 0 OR NOT %(without_dependents)s::boolean)
-RETURNING job.id, job.status, job.dependent_count;
+RETURNING job.id, job.status, job.dependent_count
+),
+finished AS (
+    -- A retry or release leaves the job pending: not finished. None at all
+    -- with NOTIFY_FINISHED off: no NOTIFY, no notify lock at commit.
+    SELECT id FROM recorded
+    WHERE %(notify_finished)s::boolean AND status IN ('completed', 'dead', 'cancelled')
+),
+<<_finished_notified>>
+-- One row of finished_notified (an aggregate), so every written id comes out.
+SELECT recorded.id, recorded.status, recorded.dependent_count
+FROM recorded CROSS JOIN finished_notified;
 
 -- release_dependents --
 -- Release the children of jobs that an earlier statement of this transaction ended and locked: %(ids)s, with their new %(statuses)s (completed, dead or cancelled). Marks their edges resolved and, for each child still waiting: a completed parent (or a dead or cancelled one, when the child's on_parent_failure is 'run') takes one off its waiting_on, and at 0 the child becomes pending, available now (or at its own available_at, if later), and its queue is notified (delivered at commit); a dead or cancelled parent cancels a child whose on_parent_failure is 'cancel', with a reason naming the parent. Its snapshot is taken after the parents were locked, so it sees every child enqueued under them (an enqueue that comes later waits for the lock, then sees the parent finished). Returns the children cancelled here that have dependents of their own: the next level, for the next statement.
@@ -687,6 +712,14 @@ WHERE status = 'pending' AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues
 SELECT name, EXTRACT(EPOCH FROM paused_until - now())
 FROM durable_jobs_queue
 WHERE paused_at IS NOT NULL AND (paused_until IS NULL OR paused_until > now());
+
+-- notify_finished --
+-- Tell wait() and await_job() that these jobs finished outside record_outcomes (a pending job cancelled), as record_outcomes does: delivered at commit, %(finished_chunk)s ids a notification.
+WITH finished AS (
+    SELECT unnest(%(ids)s::uuid[]) AS id
+),
+<<_finished_notified>>
+SELECT notifications FROM finished_notified;
 
 -- notify_queues --
 -- Wake the workers of these queues, as enqueue does (requeue, run now).

@@ -55,6 +55,8 @@ def test_valid_settings_pass() -> None:
         ({"BACKOFF_JITTER": 1.5}, ["durable_jobs.E003"]),
         ({"NOTIFY_CHANNEL": ""}, ["durable_jobs.E003"]),
         ({"NOTIFY_CHANNEL": "c" * 64}, ["durable_jobs.E003"]),
+        # With "_finished" appended (the finished jobs' channel), over 63 bytes.
+        ({"NOTIFY_CHANNEL": "c" * 55}, ["durable_jobs.E003"]),
         ({"DEFAULT_QUEUE": "bad queue"}, ["durable_jobs.E003"]),
         ({"DEFAULT_PRIORITY": 10**6}, ["durable_jobs.E003"]),
         ({"DEFAULT_MAX_ATTEMPTS": 10**7}, ["durable_jobs.E003"]),

@@ -146,3 +146,13 @@ def test_tasks_available_is_defined_once() -> None:
         if isinstance(target, ast.Name) and target.id == "TASKS_AVAILABLE"
     ]
     assert defining == ["tasks/__init__.py"]
+
+
+@needs_django_5
+def test_waiting_for_a_task_result_says_it_needs_django_6() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_durable_jobs.backends import wait_result
+
+    with pytest.raises(ImproperlyConfigured, match=r"Django >= 6\.0"):
+        wait_result(object())  # type: ignore[arg-type]

@@ -1,0 +1,125 @@
+"""``GET /api/jobs/{id}?wait=S``: the long poll, its validation and its bound on threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from django.db import connections
+from django.test import override_settings
+
+from django_durable_jobs import enqueue, operations
+from django_durable_jobs.api.long_poll import waiting_requests
+from django_durable_jobs.models import JobStatus
+from django_durable_jobs.waiting import listener as listening
+from tests.factories import complete_next, wait_until
+
+from .test_api import Api, assert_error, make_user
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SLOW_POLL = {"WAIT_POLL_INTERVAL_SECONDS": 60.0}
+
+
+@pytest.fixture
+def staff() -> Api:
+    return Api(make_user("staff", staff=True))
+
+
+def get_in_thread(api: Api, path: str) -> tuple[threading.Thread, dict[str, Any]]:
+    """``api.get(path)`` on a thread; the dict gets ``response`` and ``seconds``."""
+    answer: dict[str, Any] = {}
+
+    def run() -> None:
+        started = time.monotonic()
+        try:
+            answer["response"] = api.get(path)
+        finally:
+            answer["seconds"] = time.monotonic() - started
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, answer
+
+
+def until_requests_wait(count: int) -> None:
+    """Until ``count`` requests hold a slot, and the listener LISTENs."""
+    listener = listening.listener_for("default")
+    wait_until(
+        lambda: (
+            waiting_requests.held == count
+            and listener.waiting() >= count
+            and listener.connected.is_set()
+        ),
+        what=f"{count} waiting request(s)",
+    )
+
+
+@override_settings(DURABLE_JOBS=SLOW_POLL)
+def test_wait_answers_with_the_job_once_it_is_finished(staff: Api) -> None:
+    job = enqueue("example.echo", {"n": 1}).job
+    thread, answer = get_in_thread(staff, f"/api/jobs/{job.pk}?wait=20")
+    until_requests_wait(1)
+    complete_next({"echo": 1})
+    thread.join(30)
+    response = answer["response"]
+    assert response.status_code == 200
+    assert response.json()["status"] == JobStatus.COMPLETED
+    assert response.json()["result"] == {"echo": 1}
+    assert answer["seconds"] < 10  # woken, not the 20 s deadline
+    assert waiting_requests.held == 0
+
+
+def test_wait_answers_with_the_current_state_after_s_seconds(staff: Api) -> None:
+    job = enqueue("example.echo", {"n": 1}).job
+    response = staff.get(f"/api/jobs/{job.pk}/?wait=0.3")
+    assert response.status_code == 200
+    assert response.json()["status"] == JobStatus.PENDING
+    assert response.json()["id"] == str(job.pk)
+
+
+@pytest.mark.parametrize("value", ["", "abc", "0", "-1", "30.5", "31", "nan", "inf", "1e9"])
+def test_a_bad_wait_is_a_400_naming_wait(staff: Api, value: str) -> None:
+    job = enqueue("example.echo", {"n": 1}).job
+    body = assert_error(staff.get(f"/api/jobs/{job.pk}?wait={value}"), 400, "invalid")
+    assert list(body["detail"]) == ["wait"]
+
+
+def test_wait_on_an_unknown_job_is_a_404(staff: Api) -> None:
+    assert_error(
+        staff.get("/api/jobs/00000000-0000-7000-8000-000000000000?wait=1"), 404, "not_found"
+    )
+
+
+@override_settings(DURABLE_JOBS={**SLOW_POLL, "API_MAX_WAITING_REQUESTS": 1})
+def test_over_the_limit_a_wait_is_a_503_with_retry_after_but_a_finished_job_is_answered(
+    staff: Api,
+) -> None:
+    first, second = (enqueue("example.echo", {"n": n}).job for n in (1, 2))
+    thread, answer = get_in_thread(staff, f"/api/jobs/{first.pk}?wait=20")
+    until_requests_wait(1)
+
+    refused = staff.get(f"/api/jobs/{second.pk}?wait=5")
+    body = assert_error(refused, 503, "too_many_waiting")
+    assert refused["Retry-After"] == "1"
+    assert body["limit"] == 1
+    # Without ?wait=, or for a finished job, nothing waits: answered as usual.
+    assert staff.get(f"/api/jobs/{second.pk}").status_code == 200
+    operations.cancel(second.pk)
+    finished = staff.get(f"/api/jobs/{second.pk}?wait=5")
+    assert finished.status_code == 200 and finished.json()["status"] == JobStatus.CANCELLED
+
+    operations.cancel(first.pk)  # the first request is answered, its slot freed
+    thread.join(30)
+    assert answer["response"].json()["status"] == JobStatus.CANCELLED
+    assert waiting_requests.held == 0
+    assert staff.get(f"/api/jobs/{second.pk}?wait=1").status_code == 200
+
+
+def test_wait_needs_the_same_permission_as_the_detail() -> None:
+    job = enqueue("example.echo", {"n": 1}).job
+    assert Api().get(f"/api/jobs/{job.pk}?wait=1").status_code in (401, 403)
+    assert waiting_requests.held == 0
