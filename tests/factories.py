@@ -184,6 +184,17 @@ def complete_next(result: Any = None) -> uuid.UUID:
     return claimed.id
 
 
+def dead_outcome(claimed: ClaimedJob) -> Outcome:
+    """The claimed job's attempt ending it ``dead``, with its ``dependent_count`` as claimed."""
+    return Outcome(
+        claimed.id,
+        claimed.lease_token,
+        Transition.DEAD,
+        last_error="boom",
+        dependent_count=claimed.dependent_count,
+    )
+
+
 def expire(job_id: uuid.UUID) -> None:
     """Put a claimed job's lease in the past, as the database sees it: the reaper's to take."""
     started = Job.objects.values_list("started_at", flat=True).get(pk=job_id)

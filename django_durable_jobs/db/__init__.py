@@ -751,9 +751,10 @@ def _release_levels(statements: _Statements, ended: Mapping[uuid.UUID, str]) -> 
                 "ids": ids,
                 "statuses": [str(ended[i]) for i in ids],
                 "channel": jobs_settings.NOTIFY_CHANNEL,
+                **_finished_params(),
             },
         )
-        ended = dict.fromkeys((row[0] for row in rows), "cancelled")
+        ended = dict.fromkeys((row[0] for row in rows if row[0] is not None), "cancelled")
 
 
 def release_dependents(using: str, ended: Mapping[uuid.UUID, str]) -> None:

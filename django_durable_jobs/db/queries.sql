@@ -389,16 +389,16 @@ SELECT recorded.id, recorded.status, recorded.dependent_count
 FROM recorded CROSS JOIN finished_notified;
 
 -- release_dependents --
--- Release the children of jobs that an earlier statement of this transaction ended and locked: %(ids)s, with their new %(statuses)s (completed, dead or cancelled). Marks their edges resolved and, for each child still waiting: a completed parent (or a dead or cancelled one, when the child's on_parent_failure is 'run') takes one off its waiting_on, and at 0 the child becomes pending, available now (or at its own available_at, if later), and its queue is notified (delivered at commit); a dead or cancelled parent cancels a child whose on_parent_failure is 'cancel', with a reason naming the parent. Its snapshot is taken after the parents were locked, so it sees every child enqueued under them (an enqueue that comes later waits for the lock, then sees the parent finished). Returns the children cancelled here that have dependents of their own: the next level, for the next statement.
-WITH finished AS (
+-- Release the children of jobs that an earlier statement of this transaction ended and locked: %(ids)s, with their new %(statuses)s (completed, dead or cancelled). Marks their edges resolved and, for each child still waiting: a completed parent (or a dead or cancelled one, when the child's on_parent_failure is 'run') takes one off its waiting_on, and at 0 the child becomes pending, available now (or at its own available_at, if later), and its queue is notified (delivered at commit); a dead or cancelled parent cancels a child whose on_parent_failure is 'cancel', with a reason naming the parent. Its snapshot is taken after the parents were locked, so it sees every child enqueued under them (an enqueue that comes later waits for the lock, then sees the parent finished). The children it cancels are NOTIFYed as finished at commit (_finished_notified), as record_outcomes does for the jobs it ends. Returns the children cancelled here that have dependents of their own: the next level, for the next statement (or one NULL).
+WITH ended AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(statuses)s::text[]) AS f(id, status)
 ),
 edges AS (
     UPDATE durable_jobs_dependency AS edge
     SET resolved = true
-    FROM finished
-    WHERE edge.parent_id = finished.id AND NOT edge.resolved
-    RETURNING edge.child_id, edge.parent_id, finished.status AS parent_status
+    FROM ended
+    WHERE edge.parent_id = ended.id AND NOT edge.resolved
+    RETURNING edge.child_id, edge.parent_id, ended.status AS parent_status
 ),
 effects AS (
     SELECT child_id,
@@ -453,8 +453,18 @@ children AS (
     -- per distinct payload of a transaction, so one per queue.
     RETURNING child.id, child.status, child.dependent_count,
         CASE WHEN child.status = 'pending' THEN pg_notify(%(channel)s, child.queue) END
-)
-SELECT id FROM children WHERE status = 'cancelled' AND dependent_count > 0;
+),
+finished AS (
+    -- The children cancelled here are finished too: their waiters hear of it.
+    SELECT id FROM children WHERE %(notify_finished)s::boolean AND status = 'cancelled'
+),
+<<_finished_notified>>
+-- finished_notified on the preserved side: PostgreSQL evaluates it even when
+-- no child is returned (an inner join with an empty side may skip it); then
+-- the one row's id is NULL.
+SELECT children.id
+FROM finished_notified
+LEFT JOIN children ON children.status = 'cancelled' AND children.dependent_count > 0;
 
 -- rewait_dependents --
 -- A requeue of jobs %(ids)s (dead or cancelled, locked by an earlier statement of this transaction): their dependents still waiting, which had counted their end as done (on_parent_failure 'run'), wait for them again (waiting_on goes back up, the edge is unresolved), so they proceed when the requeued job completes. Children locked in id order, as release_dependents does. Returns the children that wait again.

@@ -16,7 +16,7 @@ from django.test import override_settings
 from django_durable_jobs import db, enqueue, operations, wait
 from django_durable_jobs.constants import FINISHED_NOTIFY_PREFIX
 from django_durable_jobs.db.records import Outcome, Transition
-from tests.factories import claim_directly, complete_next, finish
+from tests.factories import claim_directly, complete_next, dead_outcome, finish
 
 from .helpers import new_connection
 
@@ -131,3 +131,31 @@ def test_with_notify_finished_off_nothing_is_notified_and_wait_polls() -> None:
         DURABLE_JOBS={"NOTIFY_FINISHED": False, "WAIT_POLL_INTERVAL_SECONDS": 0.1}
     ):
         assert wait(ids[0], timeout=5).status == "completed"
+
+
+def test_children_a_dead_parent_cancels_are_notified_too() -> None:
+    parent = enqueue("tests.record").job
+    child = enqueue("tests.record", depends_on=[parent]).job
+    grandchild = enqueue("tests.record", depends_on=[child]).job
+    (claimed,) = db.claim("default", worker_id="w", lease_seconds=30.0, limit=1)
+    assert claimed.id == parent.pk
+    with new_connection() as conn:
+        db.listen(conn, db.finished_channel())
+        db.record_outcomes(
+            "default",
+            [dead_outcome(claimed)],
+            history_limit=20,
+        )
+        notifications = finished_notifications(conn)
+    # One statement a level: the parent's outcome, its child, its grandchild.
+    assert notifications == [[str(parent.pk)], [str(child.pk)], [str(grandchild.pk)]]
+
+
+def test_cancelling_a_parent_notifies_the_children_it_cancels() -> None:
+    parent = enqueue("tests.record").job
+    child = enqueue("tests.record", depends_on=[parent]).job
+    with new_connection() as conn:
+        db.listen(conn, db.finished_channel())
+        operations.cancel(parent.pk)
+        heard = {i for ids in finished_notifications(conn) for i in ids}
+    assert heard == {str(parent.pk), str(child.pk)}

@@ -28,6 +28,7 @@ from tests.factories import (
     RunningWorker,
     claim_directly,
     complete_next,
+    dead_outcome,
     finish,
     wait_until,
     worker_config,
@@ -327,3 +328,17 @@ def test_await_job_is_woken_by_the_notify_without_a_thread_per_waiter() -> None:
     jobs = asyncio.run(main())
     assert [job.pk for job in jobs] == ids
     assert {job.status for job in jobs} == {JobStatus.COMPLETED}
+
+
+@override_settings(DURABLE_JOBS=SLOW_POLL)
+def test_a_waiter_of_a_child_hears_that_its_dead_parent_cancelled_it() -> None:
+    parent = enqueue("tests.record").job
+    child = enqueue("tests.record", depends_on=[parent]).job
+    (claimed,) = db.claim("default", worker_id="w", lease_seconds=30.0, limit=1)
+    thread, outcome = wait_in_thread(child.pk, timeout=20)
+    until_waiting()
+    finish(dead_outcome(claimed))
+    thread.join(30)
+    cancelled = woken_promptly(outcome)
+    assert cancelled.status == JobStatus.CANCELLED
+    assert cancelled.last_error == f"Cancelled: parent job {parent.pk} ended dead."
