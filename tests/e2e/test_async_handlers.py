@@ -102,9 +102,7 @@ def test_sigterm_waits_for_running_async_handlers(workers: Workers) -> None:
     proc = workers.start("--grace-period", "10")
     # Its handler started (recorded), not only claimed: a stop gives back a
     # job claimed ahead whose handler has not started yet.
-    wait_for(
-        lambda: Execution.objects.filter(job_id=job.pk).exists(), 30, "the handler to start"
-    )
+    wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists(), 30, "the handler to start")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0, workers.output()
     job.refresh_from_db()
