@@ -276,6 +276,11 @@ def test_jobs_claimed_ahead_are_given_back_uncounted_at_a_stop_and_never_run() -
     short = enqueue_many([{"type": "tests.record", "priority": 10}] * 30)
     blocker = enqueue("tests.gated", {"gate": name}, priority=5).job
     behind = [r.job.pk for r in enqueue_many([{"type": "tests.record"}] * 10)]
+    # Jobs "short" up to 5 s on average: on a loaded machine tests.record (a
+    # row written) can average more than the 50 ms that makes a job short,
+    # and then nothing is claimed ahead (CI saw it time out).
+    patched = mock.patch("django_durable_jobs.worker.pool.CLAIM_AHEAD_MAX_SECONDS", 5.0)
+    patched.start()
     running = RunningWorker(config(burst=False, grace_period=0.2, concurrency=1))
     try:
         wait_until(lambda: Execution.objects.filter(job_id=blocker.pk).exists(), what="blocker")
@@ -287,6 +292,7 @@ def test_jobs_claimed_ahead_are_given_back_uncounted_at_a_stop_and_never_run() -
     finally:
         running.stop()
         gate(name).set()
+        patched.stop()
     assert Job.objects.filter(pk__in=[r.job.pk for r in short], status="completed").count() == 30
     assert not Execution.objects.filter(job_id__in=behind).exists()
     for job in Job.objects.filter(pk__in=[*behind, blocker.pk]):
