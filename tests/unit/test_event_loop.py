@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -197,9 +198,26 @@ def test_a_cancelled_error_not_from_the_worker_is_a_failure(loop: EventLoop) -> 
         loop.run(cancels_itself, context(CancelFlag()), attempt())
 
 
+def stack_while_running(loop: EventLoop, held: Any, handler: Any) -> str:
+    """What the watchdog reads of ``held``'s task 0.1 s after it started, ``handler`` running."""
+    stacks: list[str] = []
+
+    def read() -> None:
+        wait_until(lambda: held.task_stack is not None, 5, "the task")
+        time.sleep(0.1)
+        assert held.task_stack is not None
+        stacks.append(held.task_stack())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    loop.run(handler, context(held.cancel), held)
+    reader.join(5)
+    (stack,) = stacks
+    return stack
+
+
 def test_the_watchdog_reads_where_the_coroutine_waits(loop: EventLoop) -> None:
     held = attempt()
-    stacks: list[str] = []
 
     async def nested(ctx: JobContext) -> None:
         await deep_wait()
@@ -207,39 +225,18 @@ def test_the_watchdog_reads_where_the_coroutine_waits(loop: EventLoop) -> None:
     async def deep_wait() -> None:
         await asyncio.sleep(0.3)
 
-    def read() -> None:
-        wait_until(lambda: held.task_stack is not None, 5, "the task")
-        time.sleep(0.1)
-        assert held.task_stack is not None
-        stacks.append(held.task_stack())
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    loop.run(nested, context(held.cancel), held)
-    reader.join(5)
-    (stack,) = stacks
+    stack = stack_while_running(loop, held, nested)
     assert "in nested" in stack and "in deep_wait" in stack
     assert stack.index("in nested") < stack.index("in deep_wait")  # outermost first
 
 
 def test_a_coroutine_blocking_the_loop_shows_the_loop_thread_s_stack(loop: EventLoop) -> None:
     held = attempt()
-    stacks: list[str] = []
 
     async def blocks(ctx: JobContext) -> None:
         time.sleep(0.3)  # what an async handler must not do
 
-    def read() -> None:
-        wait_until(lambda: held.task_stack is not None, 5, "the task")
-        time.sleep(0.1)
-        assert held.task_stack is not None
-        stacks.append(held.task_stack())
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    loop.run(blocks, context(held.cancel), held)
-    reader.join(5)
-    (stack,) = stacks
+    stack = stack_while_running(loop, held, blocks)
     assert "in blocks" in stack and "time.sleep(0.3)" in stack
     assert "run_forever" in stack  # the loop thread's own frames: it is stuck in the call
 
