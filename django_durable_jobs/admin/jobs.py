@@ -1,20 +1,4 @@
-"""The operators' admin: find out why jobs died, requeue, cancel, run now.
-
-Two entries: "Jobs" (the whole table) and "Dead jobs" (the dead-letter
-queue, a proxy model); then "Queues" (pause and resume), "Workers" and
-"Schedules". Both are built to stay fast on a table of millions
-of rows:
-
-- no ``COUNT(*)`` over the table: the paginator counts exactly up to
-  10,000 rows and asks the planner for an estimate beyond that;
-- every filter, the search and the default order are served by an index;
-- the date hierarchy reads ``min``/``max(created_at)`` (two index probes)
-  instead of ``SELECT DISTINCT`` over the rows;
-- no sortable columns: sorting millions of rows by priority is a full scan.
-
-No field is editable: a job's state changes only through the actions,
-which call ``operations.py`` like the REST API and the CLI do.
-"""
+"""Jobs and dead jobs: the list, a job's page, and the actions on them."""
 
 from __future__ import annotations
 
@@ -24,12 +8,11 @@ import json
 import uuid
 from collections.abc import Iterable
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
-from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Max, Min, Model, Q, QuerySet
 from django.db.models.functions import Left
@@ -42,29 +25,15 @@ from django.utils.text import Truncator, capfirst
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from . import db, operations, pausing
-from .conf import jobs_settings
-from .flow import describe_limits, parse_queues, queue_limits
-from .held_back import describe_held_back, held_back
-from .models import DeadJob, Job, QueueState, ScheduleState, WorkerProcess
-from .operations import BulkResult
-from .registry import registry
-from .schedules import Schedule, find_schedule, load_schedules
-from .schedules.overview import effective_queue
-
-if TYPE_CHECKING:
-    from django_stubs_ext import StrPromise
-
-    # Generic in django-stubs only: at run time these classes take no type
-    # arguments, so the parametrised bases exist for the type checker alone.
-    _Paginator = Paginator[Model]
-    _JobModelAdmin = admin.ModelAdmin[Job]
-    _WorkerModelAdmin = admin.ModelAdmin[WorkerProcess]
-    _ScheduleModelAdmin = admin.ModelAdmin[ScheduleState]
-    _QueueModelAdmin = admin.ModelAdmin[QueueState]
-else:
-    _Paginator = Paginator
-    _JobModelAdmin = _WorkerModelAdmin = _ScheduleModelAdmin = _QueueModelAdmin = admin.ModelAdmin
+from .. import operations
+from ..conf import jobs_settings
+from ..models import DeadJob, Job
+from ..operations import BulkResult
+from ..registry import registry
+from .bases import (
+    BasePaginator,
+    JobModelAdmin,
+)
 
 #: Characters of ``last_error`` the list reads per row (not whole tracebacks).
 ERROR_HEAD_CHARS = 200
@@ -74,7 +43,7 @@ ERROR_COLUMN_CHARS = 80
 MAX_JOB_LINKS = 100
 
 
-class EstimatedCountPaginator(_Paginator):
+class EstimatedCountPaginator(BasePaginator):
     """A paginator that never counts more than ``exact_count_limit`` rows.
 
     Django's changelist counts its filtered queryset on every page; on a
@@ -254,7 +223,7 @@ def _json_pre(value: Any) -> SafeString:
 
 
 @admin.register(Job)
-class JobAdmin(_JobModelAdmin):
+class JobAdmin(JobModelAdmin):
     """Every job. Read-only; the actions are the only way to change a job.
 
     Permissions: ``view_job`` shows the list and the pages; ``change_job``
@@ -600,258 +569,3 @@ class DeadJobAdmin(JobAdmin):
     )
     list_filter = (TypeFilter, QueueFilter)
     actions = ("requeue_jobs",)
-
-
-@admin.register(WorkerProcess)
-class WorkerProcessAdmin(_WorkerModelAdmin):
-    """Running workers, from their heartbeats; read-only (the workers own these rows)."""
-
-    list_display = ("id", "host", "pid", "queue_list", "concurrency", "started_at",
-                    "last_heartbeat", "live")  # fmt: skip
-    search_fields = ("id", "host")
-    readonly_fields = ("id", "host", "pid", "queues", "concurrency", "lease_seconds",
-                       "started_at", "last_heartbeat")  # fmt: skip
-
-    @admin.display(description=_("queues"))
-    def queue_list(self, obj: WorkerProcess) -> str:
-        return ", ".join(obj.queues) if obj.queues else "*"
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerProcess]:
-        # Liveness by the rule /api/health counts by (WorkerProcess.objects.alive()).
-        return WorkerProcess.objects.with_liveness()
-
-    @admin.display(description=_("live"), boolean=True)
-    def live(self, obj: WorkerProcess) -> bool:
-        return bool(obj.is_alive)  # type: ignore[attr-defined]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-@admin.register(ScheduleState)
-class ScheduleStateAdmin(_ScheduleModelAdmin):
-    """Periodic jobs: each schedule's declaration next to its last and next tick; read-only.
-
-    Schedules are declared in code and settings, not here; a row appears
-    once a worker has seen the schedule. The list page names the declared
-    schedules no worker has seen yet, so a schedule is never simply missing.
-    """
-
-    list_display = ("name", "job_type", "timing_now", "zone", "queue", "missed", "enabled",
-                    "last_tick", "last_job", "next_tick")  # fmt: skip
-    search_fields = ("name",)
-    readonly_fields = (
-        *("name", "job_type", "timing_now", "zone", "queue", "missed", "enabled"),
-        *("first_seen", "last_tick", "last_job", "last_enqueued_at", "next_tick"),
-    )
-    fields = readonly_fields
-
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
-        unseen = self._unseen_schedules()
-        if unseen and request.method == "GET":
-            messages.info(
-                request,
-                _(
-                    "Declared but not yet seen by a worker (a running worker adds them "
-                    "within a second of starting): %(names)s."
-                )
-                % {"names": ", ".join(unseen)},
-            )
-        return super().changelist_view(request, extra_context)
-
-    @staticmethod
-    def _unseen_schedules() -> list[str]:
-        schedules, _errors = load_schedules()  # invalid ones: durable_jobs.E007
-        names = [s.name for s in schedules if s.enabled]
-        seen = set(ScheduleState.objects.filter(name__in=names).values_list("name", flat=True))
-        return sorted(set(names) - seen)
-
-    def _declared(self, obj: ScheduleState) -> Schedule | None:
-        # Cached on the row: several columns read it. The ignores: the
-        # attribute is this cache's, not a field the model declares.
-        if not hasattr(obj, "_declared_schedule"):
-            obj._declared_schedule = find_schedule(obj.name)  # type: ignore[attr-defined]
-        return obj._declared_schedule  # type: ignore[attr-defined,no-any-return]
-
-    @admin.display(description=_("job type"))
-    def job_type(self, obj: ScheduleState) -> str | StrPromise:
-        schedule = self._declared(obj)
-        return _("(no longer declared)") if schedule is None else schedule.type
-
-    @admin.display(description=_("timing"))
-    def timing_now(self, obj: ScheduleState) -> str:
-        schedule = self._declared(obj)
-        return obj.timing if schedule is None else schedule.timing
-
-    @admin.display(description=_("time zone"))
-    def zone(self, obj: ScheduleState) -> str:
-        schedule = self._declared(obj)
-        if schedule is None:
-            return "-"
-        return str(schedule.zone()) if schedule.cron is not None else "UTC"
-
-    @admin.display(description=_("queue"))
-    def queue(self, obj: ScheduleState) -> str:
-        schedule = self._declared(obj)
-        return "-" if schedule is None else effective_queue(schedule)
-
-    @admin.display(description=_("missed ticks"))
-    def missed(self, obj: ScheduleState) -> str:
-        schedule = self._declared(obj)
-        return "-" if schedule is None else schedule.missed
-
-    @admin.display(description=_("enabled"), boolean=True)
-    def enabled(self, obj: ScheduleState) -> bool:
-        schedule = self._declared(obj)
-        return schedule is not None and schedule.enabled
-
-    @admin.display(description=_("last job"))
-    def last_job(self, obj: ScheduleState) -> str:
-        if obj.last_job_id is None:
-            return "-"
-        url = reverse("admin:durable_jobs_job_change", args=[obj.last_job_id])
-        return format_html('<a href="{}">{}</a>', url, obj.last_job_id)
-
-    @admin.display(description=_("next tick"))
-    def next_tick(self, obj: ScheduleState) -> Any:
-        schedule = self._declared(obj)
-        if schedule is None or not schedule.enabled:
-            return "-"
-        return schedule.next_tick(timezone.now())
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-#: Where QueueStateAdmin keeps a request's held-back counts (see get_list_display).
-_HELD_BACK_ATTRIBUTE = "_durable_jobs_held_back"
-#: "Pause for 15 minutes": the admin's one pause with an end time.
-ADMIN_PAUSE_FOR = datetime.timedelta(minutes=15)
-
-
-@admin.register(QueueState)
-class QueueStateAdmin(_QueueModelAdmin):
-    """The queues, with their paused state, limits and what these hold back now; actions
-    pause and resume them.
-
-    A queue gets a row here once it is declared in ``QUEUES``, holds
-    pending, running or dead jobs, or was paused: opening the list adds the
-    missing rows (for users who may pause, the only ones who need them).
-    Permissions are the job actions': ``view_job`` shows the list,
-    ``change_job`` adds the actions (or the same on this model). No field
-    is editable: the actions call ``pausing.py``, which tells the workers.
-    """
-
-    list_display = ("name", "paused", "paused_until", "paused_at", "limits", "updated_at")
-    search_fields = ("=name",)
-    readonly_fields = ("name", "paused_at", "paused_until", "updated_at")
-    fields = readonly_fields
-    actions = ("pause_queues", "pause_queues_briefly", "resume_queues")
-
-    def _user_can(self, request: HttpRequest, action: str) -> bool:
-        return any(
-            request.user.has_perm(f"{opts.app_label}.{get_permission_codename(action, opts)}")
-            for opts in (self.opts, Job._meta)
-        )
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return self._user_can(request, "view") or self._user_can(request, "change")
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # As JobAdmin's: the actions for change_job, no form on a row's page.
-        return obj is None and self._user_can(request, "change")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[QueueState]:
-        return super().get_queryset(request).with_paused()  # type: ignore[attr-defined,no-any-return]
-
-    def get_list_display(self, request: HttpRequest) -> Any:
-        """The columns, and "held back": what flow control holds back in each queue now.
-
-        Counted once per page (a few small queries, ``held_back.py``), not
-        per row: a column method sees only its row, so it reads the counts
-        of this request from a closure.
-        """
-        held = getattr(request, _HELD_BACK_ATTRIBUTE, None)
-        if held is None:
-            held = held_back(db.database_alias())
-            setattr(request, _HELD_BACK_ATTRIBUTE, held)
-
-        @admin.display(description=_("held back"))
-        def held_back_now(obj: QueueState) -> str:
-            return describe_held_back(held.get(obj.name, {})) or "-"
-
-        after = self.list_display.index("limits") + 1
-        return (*self.list_display[:after], held_back_now, *self.list_display[after:])
-
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
-        if request.method == "GET" and self.has_change_permission(request):
-            self._add_known_queues()
-        return super().changelist_view(request, extra_context)
-
-    @staticmethod
-    def _add_known_queues() -> None:
-        alias = db.database_alias()
-        names = {queue for queue, *_ in db.queue_depth(alias)} | set(
-            parse_queues(jobs_settings.QUEUES)
-        )
-        QueueState.objects.using(alias).bulk_create(
-            [QueueState(name=name) for name in sorted(names)], ignore_conflicts=True
-        )
-
-    @admin.display(description=_("paused"), boolean=True)
-    def paused(self, obj: QueueState) -> bool:
-        return bool(obj.is_paused)  # type: ignore[attr-defined]
-
-    @admin.display(description=_("limits"))
-    def limits(self, obj: QueueState) -> str:
-        limits = queue_limits().get(obj.name)
-        return describe_limits(None if limits is None else limits.as_dict()) or "-"
-
-    def _pause(self, request: HttpRequest, queryset: QuerySet[Any], until: Any) -> None:
-        names = list(queryset.values_list("name", flat=True))
-        for name in names:
-            pausing.pause_queue(name, until, using=queryset.db)
-        self.message_user(
-            request,
-            ngettext("%(count)d queue was paused.", "%(count)d queues were paused.", len(names))
-            % {"count": len(names)},
-            messages.SUCCESS,
-        )
-
-    @admin.action(permissions=["change"], description=_("Pause selected queues"))
-    def pause_queues(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._pause(request, queryset, None)
-
-    @admin.action(permissions=["change"], description=_("Pause selected queues for 15 minutes"))
-    def pause_queues_briefly(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._pause(request, queryset, ADMIN_PAUSE_FOR)
-
-    @admin.action(permissions=["change"], description=_("Resume selected queues"))
-    def resume_queues(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        names = list(queryset.values_list("name", flat=True))
-        for name in names:
-            pausing.resume_queue(name, using=queryset.db)
-        self.message_user(
-            request,
-            ngettext("%(count)d queue was resumed.", "%(count)d queues were resumed.", len(names))
-            % {"count": len(names)},
-            messages.SUCCESS,
-        )

@@ -1,0 +1,25 @@
+"""The operators' admin: find out why jobs died, requeue, cancel, run now.
+
+Two entries: "Jobs" (the whole table) and "Dead jobs" (the dead-letter
+queue, a proxy model); then "Queues" (pause and resume), "Workers" and
+"Schedules". Both are built to stay fast on a table of millions
+of rows:
+
+- no ``COUNT(*)`` over the table: the paginator counts exactly up to
+  10,000 rows and asks the planner for an estimate beyond that;
+- every filter, the search and the default order are served by an index;
+- the date hierarchy reads ``min``/``max(created_at)`` (two index probes)
+  instead of ``SELECT DISTINCT`` over the rows;
+- no sortable columns: sorting millions of rows by priority is a full scan.
+
+No field is editable: a job's state changes only through the actions,
+which call ``operations.py`` like the REST API and the CLI do.
+"""
+
+# Importing the modules registers their ModelAdmins (admin.autodiscover()
+# imports this package).
+from __future__ import annotations
+
+from . import jobs, queues, schedules, workers
+
+__all__ = ["jobs", "queues", "schedules", "workers"]
