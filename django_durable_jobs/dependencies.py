@@ -18,6 +18,7 @@ from django.db import connections, transaction
 
 from . import db
 from .enqueueing import EnqueueResult, insert_specs, spec_from_item
+from .ids import new_job_id
 from .models import JobDependency
 from .validation import Defaults, JobSpec
 
@@ -36,12 +37,17 @@ def chain(*specs: Mapping[str, Any], using: str | None = None) -> list[EnqueueRe
     defaults = Defaults.from_settings()
     parsed = [spec_from_item(i, spec, defaults, name="chain") for i, spec in enumerate(specs)]
     alias = db.database_alias(using)
+    names = [f"chain[{index}]" for index in range(len(parsed))]
+    if parsed and _linkable(parsed):
+        ids = [new_job_id() for _ in parsed]
+        linked = [spec if i == 0 else _after(spec, [ids[i - 1]]) for i, spec in enumerate(parsed)]
+        return insert_specs(alias, linked, names=names, ids=ids)
     results: list[EnqueueResult] = []
     with transaction.atomic(using=alias):
         for index, spec in enumerate(parsed):
             if results:
                 spec = _after(spec, [results[-1].job.pk])
-            results.extend(insert_specs(alias, [spec], names=[f"chain[{index}]"]))
+            results.extend(insert_specs(alias, [spec], names=[names[index]]))
     return results
 
 
@@ -64,13 +70,30 @@ def group(
     members = [spec_from_item(i, spec, defaults, name="group") for i, spec in enumerate(specs)]
     callback = None if then is None else spec_from_item(None, then, defaults, name="then")
     alias = db.database_alias(using)
+    names = [f"group[{index}]" for index in range(len(members))]
+    if callback is not None and _linkable([*members, callback]):
+        ids = [new_job_id() for _ in range(len(members) + 1)]
+        shape = [*members, _after(callback, ids[:-1])]
+        return insert_specs(alias, shape, names=[*names, "then"], ids=ids)
     with transaction.atomic(using=alias):
-        names = [f"group[{index}]" for index in range(len(members))]
         results = insert_specs(alias, members, names=names) if members else []
         if callback is not None:
             parents = [result.job.pk for result in results]
             results.extend(insert_specs(alias, [_after(callback, parents)], names=["then"]))
     return results
+
+
+def _linkable(specs: Sequence[JobSpec]) -> bool:
+    """Whether ``specs`` can go in as one statement, naming each other as parents.
+
+    Not with an idempotency key (a row skipped as a replay would leave its
+    children's edges pointing nowhere, and the next job must wait for the
+    replayed one instead), nor with parents of their own (one that ended
+    dead or cancelled would cancel its child at insert, and that child's
+    children in the batch would have to be cancelled by another statement).
+    Those shapes are inserted spec by spec, in one transaction.
+    """
+    return all(spec.idempotency_key is None and not spec.parents for spec in specs)
 
 
 def _after(spec: JobSpec, parents: Sequence[uuid.UUID]) -> JobSpec:

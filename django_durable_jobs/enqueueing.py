@@ -176,22 +176,32 @@ def spec_from_item(
 
 
 def insert_specs(
-    alias: str, specs: Sequence[JobSpec], *, names: Sequence[str] | None = None
+    alias: str,
+    specs: Sequence[JobSpec],
+    *,
+    names: Sequence[str] | None = None,
+    ids: Sequence[uuid.UUID] | None = None,
 ) -> list[EnqueueResult]:
     """Insert validated ``specs`` (or find their keys' jobs); one result per spec, in order.
 
     ``names``: what the caller calls each spec in errors (``jobs[0]``...);
-    None: a lone ``enqueue`` call's arguments.
+    None: a lone ``enqueue`` call's arguments. ``ids``: the new jobs' ids,
+    chosen by the caller so that specs of the batch can name each other as
+    parents (``chain``, ``group``); only for specs without idempotency keys,
+    since a skipped row would leave its children's edges pointing nowhere.
     """
     results: list[EnqueueResult | None] = [None] * len(specs)
     todo = list(range(len(specs)))
+    if ids is not None and any(spec.idempotency_key is not None for spec in specs):
+        raise ValueError("insert_specs: ids are for specs without idempotency keys")
     debug = logger.isEnabledFor(logging.DEBUG)
     with_parents = any(spec.parents for spec in specs)
     # One counter increment per (queue, type), not per job: enqueue_many
     # inserts tens of thousands of jobs at a time.
     new_per_label: Counter[tuple[str, str]] | None = Counter() if metrics.ENABLED else None
     for _round in range(_MAX_RESOLVE_ROUNDS):
-        ids = [new_job_id() for _ in todo]
+        if ids is None or _round:
+            ids = [new_job_id() for _ in todo]
         batch = [specs[i] for i in todo]
         inserted: Mapping[uuid.UUID, tuple[Any, ...]]
         if with_parents:

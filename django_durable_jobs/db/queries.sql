@@ -110,7 +110,7 @@ SELECT count(*), now()
 FROM inserted CROSS JOIN notified;
 
 -- insert_jobs_with_parents --
--- insert_jobs for a batch in which some job has parents (depends_on), one or many rows: lock the parents (in id order, so concurrent enqueues sharing parents wait for each other instead of deadlocking) and read their newest status; insert nothing if one does not exist; otherwise insert each job waiting for its unfinished parents (pending when none is left; cancelled, the reason naming the parent, when one ended dead or cancelled and its on_parent_failure is 'cancel'), its edges (resolved for parents already finished), and add the children to each parent's dependent_count, which makes the worker write the parent's outcome in a transaction that releases its children (record_outcomes; an outcome written after this insert locked the parent waits for this transaction). Skips rows whose idempotency key is taken, with no edge; NOTIFYs each queue that received a pending job (delivered at commit). Returns the rows inserted (ids, statuses, waiting_on, last_error), the database's now(), and the parents that do not exist.
+-- insert_jobs for a batch in which some job has parents (depends_on), one or many rows: lock the parents (in id order, so concurrent enqueues sharing parents wait for each other instead of deadlocking) and read their newest status; insert nothing if one does not exist (a parent may also be a row of the batch itself: chain() and group() insert a whole shape in one statement; such a parent is new, so unfinished, and starts with its children in the batch as its dependent_count); otherwise insert each job waiting for its unfinished parents (pending when none is left; cancelled, the reason naming the parent, when one ended dead or cancelled and its on_parent_failure is 'cancel'), its edges (resolved for parents already finished), and add the children to each parent's dependent_count, which makes the worker write the parent's outcome in a transaction that releases its children (record_outcomes; an outcome written after this insert locked the parent waits for this transaction). Skips rows whose idempotency key is taken, with no edge; NOTIFYs each queue that received a pending job (delivered at commit). Returns the rows inserted (ids, statuses, waiting_on, last_error), the database's now(), and the parents that do not exist.
 WITH input AS (
     -- Row: insert_jobs' eleven columns, then on_parent_failure and the
     -- parents' ids (a JSON array, without duplicates).
@@ -128,23 +128,35 @@ parent AS MATERIALIZED (
     -- FOR NO KEY UPDATE returns the newest version of each row, after
     -- waiting for a transaction that is writing it: the status read here
     -- is the one that holds until this transaction ends.
+    -- = ANY(ARRAY(...)), not IN (SELECT ...): the planner guesses 100
+    -- elements per JSON array (10,000 edges for a chain of 100 rows), and
+    -- an array of ids is always probed by the primary key, never joined.
     SELECT job.id, job.status
     FROM durable_jobs_job AS job
-    WHERE job.id IN (SELECT parent_id FROM edge)
+    WHERE job.id = ANY(ARRAY(SELECT parent_id FROM edge))
     ORDER BY job.id
     FOR NO KEY UPDATE
 ),
 missing AS (
-    SELECT DISTINCT parent_id FROM edge WHERE parent_id NOT IN (SELECT id FROM parent)
+    SELECT DISTINCT parent_id FROM edge
+    WHERE parent_id NOT IN (SELECT id FROM parent) AND parent_id NOT IN (SELECT id FROM input)
+),
+children AS (
+    -- Parents that are rows of this batch: their children here.
+    SELECT parent_id AS id, count(*) AS n
+    FROM edge
+    WHERE parent_id IN (SELECT id FROM input)
+    GROUP BY parent_id
 ),
 decided AS (
     SELECT edge.child_id AS id,
         count(*) AS parent_count,
-        count(*) FILTER (WHERE parent.status NOT IN ('completed', 'dead', 'cancelled'))
-            AS waiting_on,
+        count(*) FILTER (
+            WHERE parent.status IS NULL OR parent.status NOT IN ('completed', 'dead', 'cancelled')
+        ) AS waiting_on,
         min(parent.id::text || ' ended ' || parent.status)
             FILTER (WHERE parent.status IN ('dead', 'cancelled')) AS failed
-    FROM edge JOIN parent ON parent.id = edge.parent_id
+    FROM edge LEFT JOIN parent ON parent.id = edge.parent_id
     GROUP BY edge.child_id
 ),
 planned AS (
@@ -153,14 +165,17 @@ planned AS (
         CASE
             WHEN decided.failed IS NOT NULL AND input.on_parent_failure = 'cancel'
             THEN 'Cancelled: parent job ' || decided.failed || '.'
-        END AS cancelled
-    FROM input LEFT JOIN decided ON decided.id = input.id
+        END AS cancelled,
+        COALESCE(children.n, 0) AS dependent_count
+    FROM input
+    LEFT JOIN decided ON decided.id = input.id
+    LEFT JOIN children ON children.id = input.id
 ),
 inserted AS (
     INSERT INTO durable_jobs_job (
         id, type, queue, payload, idempotency_key, status, priority, attempts,
         max_attempts, available_at, created_at, updated_at, completed_at, last_error, errors,
-        timeout, concurrency_key, on_parent_failure, parent_count, waiting_on
+        timeout, concurrency_key, on_parent_failure, parent_count, waiting_on, dependent_count
     )
     SELECT
         id, type, queue, payload, idempotency_key,
@@ -173,7 +188,7 @@ inserted AS (
         COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
         now(), now(), CASE WHEN cancelled IS NOT NULL THEN now() END,
         COALESCE(cancelled, ''), '[]'::jsonb, timeout, concurrency_key,
-        on_parent_failure, parent_count, waiting_on
+        on_parent_failure, parent_count, waiting_on, dependent_count
     FROM planned
     WHERE NOT EXISTS (SELECT 1 FROM missing)
     ORDER BY idempotency_key
@@ -182,13 +197,16 @@ inserted AS (
 ),
 edges AS (
     INSERT INTO durable_jobs_dependency (child_id, parent_id, resolved)
-    SELECT edge.child_id, edge.parent_id, parent.status IN ('completed', 'dead', 'cancelled')
+    SELECT edge.child_id, edge.parent_id,
+        COALESCE(parent.status IN ('completed', 'dead', 'cancelled'), false)
     FROM edge
     JOIN inserted ON inserted.id = edge.child_id
-    JOIN parent ON parent.id = edge.parent_id
+    LEFT JOIN parent ON parent.id = edge.parent_id
     RETURNING parent_id
 ),
 counted AS (
+    -- Rows of the batch are not seen here (this statement's snapshot):
+    -- they start with their count.
     UPDATE durable_jobs_job AS job
     SET dependent_count = job.dependent_count + added.n
     FROM (SELECT parent_id, count(*) AS n FROM edges GROUP BY parent_id) AS added

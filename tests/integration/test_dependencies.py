@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 from django.db import DatabaseError, connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs import InvalidJob, chain, db, enqueue, enqueue_many, group, operations
 from django_durable_jobs.constants import PRIORITY_MAX
 from django_durable_jobs.context import JobContext
 from django_durable_jobs.db.records import ClaimedJob, Outcome
+from django_durable_jobs.enqueueing import EnqueueResult
 from django_durable_jobs.exceptions import IdempotencyConflict
 from django_durable_jobs.models import Job, JobDependency, JobStatus
 from django_durable_jobs.worker.outcomes import Failure, complete, dead
@@ -174,6 +176,55 @@ def test_group_waits_for_every_member() -> None:
     assert (stored.status, stored.waiting_on) == (JobStatus.WAITING, 4)
     assert [m.job.status for m in members] == ["pending"] * 3
     assert len(group([{"type": T}])) == 1
+
+
+def counts(job: EnqueueResult) -> tuple[str, int, int, int]:
+    stored = Job.objects.get(pk=job.job.pk)
+    return (stored.status, stored.parent_count, stored.waiting_on, stored.dependent_count)
+
+
+def test_a_plain_chain_is_one_statement_and_releases_link_by_link(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = StatementLog(monkeypatch)
+    with CaptureQueriesContext(connections["default"]) as orm:
+        first, second, third = chain({"type": T}, {"type": T}, {"type": T})
+    assert (log.names, len(orm)) == (["insert_jobs_with_parents"], 0), orm.captured_queries
+    assert [counts(r) for r in (first, second, third)] == [
+        ("pending", 0, 0, 1),
+        ("waiting", 1, 1, 1),
+        ("waiting", 1, 1, 0),
+    ]
+    assert not JobDependency.objects.filter(resolved=True).exists()
+    finish(complete(claim(first.job), "1"))
+    assert [status(r.job) for r in (first, second, third)] == ["completed", "pending", "waiting"]
+    finish(fail(claim(second.job)))
+    assert status(third.job) == "cancelled"
+
+
+def test_a_plain_group_with_a_callback_is_one_statement(monkeypatch: pytest.MonkeyPatch) -> None:
+    log = StatementLog(monkeypatch)
+    with CaptureQueriesContext(connections["default"]) as orm:
+        *members, callback = group([{"type": T}] * 3, then={"type": T})
+    assert (log.names, len(orm)) == (["insert_jobs_with_parents"], 0), orm.captured_queries
+    assert [counts(m) for m in members] == [("pending", 0, 0, 1)] * 3
+    assert counts(callback) == ("waiting", 3, 3, 0)
+    for member in members:
+        finish(complete(claim(member.job), "1"))
+    assert status(callback.job) == "pending"
+
+
+def test_chains_with_keys_or_parents_of_their_own_cancel_through_the_batch() -> None:
+    # Inserted spec by spec: the first link is cancelled at insert (its
+    # parent is dead), and so must be the rest.
+    dead_parent = enqueue(T).job
+    finish(fail(claim(dead_parent)))
+    links = chain({"type": T, "depends_on": [dead_parent]}, {"type": T}, {"type": T})
+    assert [status(r.job) for r in links] == ["cancelled"] * 3
+    keyed = chain({"type": T, "idempotency_key": "c1"}, {"type": T})
+    again = chain({"type": T, "idempotency_key": "c1"}, {"type": T})
+    assert again[0].job.pk == keyed[0].job.pk and not again[0].created
+    assert Job.objects.get(pk=again[1].job.pk).parent_ids() == [keyed[0].job.pk]
 
 
 def test_chain_and_group_store_everything_or_nothing() -> None:
