@@ -522,11 +522,20 @@ JOIN unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS held(id, token)
 WHERE job.status = 'running' AND job.dependent_count > 0;
 
 -- extend_leases --
--- Heartbeat: push back the lease expiry of the jobs this worker still holds (matched by lease token). Returns the ids extended; a held job missing from them was reaped.
+-- Heartbeat: push back the lease expiry of the jobs this worker still holds (matched by lease token), locking them in id order as record_outcomes does: the completer may be writing the outcomes of some of the same jobs at that moment, and two statements locking the same rows in different orders deadlock. Returns the ids extended; a held job missing from them was reaped.
+WITH locked AS (
+    SELECT job.id
+    FROM durable_jobs_job AS job
+    JOIN unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS held(id, token)
+        ON job.id = held.id AND job.lease_token = held.token
+    WHERE job.status = 'running'
+    ORDER BY job.id
+    FOR NO KEY UPDATE OF job
+)
 UPDATE durable_jobs_job AS job
 SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s::float8)
-FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS held(id, token)
-WHERE job.id = held.id AND job.lease_token = held.token AND job.status = 'running'
+FROM locked
+WHERE job.id = locked.id
 RETURNING job.id;
 
 -- reap_jobs --

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -14,6 +15,8 @@ from django_durable_jobs import db, enqueue, enqueue_many
 from django_durable_jobs.backoff import RetryPolicy
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker.maintenance import REAPER_LOCK_KEY, reaped
+
+from .helpers import new_connection, wait_for_lock_waiters
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -136,3 +139,38 @@ def test_a_claimed_batch_comes_back_in_claim_order(queues: list[str] | None) -> 
             "default", worker_id="w", lease_seconds=30, limits=[(q, 30) for q in queues]
         )
         assert [job.id for job in claimed] == expected
+
+
+def test_a_heartbeat_locks_its_jobs_in_id_order_as_outcomes_do() -> None:
+    # The completer writes a batch of outcomes in id order while the
+    # heartbeat extends the same worker's leases: in any other order the two
+    # statements deadlock (the chains benchmark saw 'deadlock detected').
+    enqueue_many([{"type": "tests.record"} for _ in range(2)])
+    jobs = sorted(db.claim("default", worker_id="w", lease_seconds=30, limit=2), key=lambda j: j.id)
+    first, second = jobs
+    held = {second.id: second.lease_token, first.id: first.lease_token}  # the higher id first
+    result: list[object] = []
+
+    def heartbeat() -> None:
+        try:
+            result.append(db.extend_leases("default", held, lease_seconds=60))
+        finally:
+            connections.close_all()
+
+    holder = new_connection(autocommit=False)
+    try:
+        holder.execute("SELECT id FROM durable_jobs_job WHERE id = %s FOR UPDATE", [first.id])
+        thread = threading.Thread(target=heartbeat)
+        thread.start()
+        wait_for_lock_waiters(1)
+        # Waiting for the first job, the heartbeat must not hold the second.
+        with new_connection(autocommit=False) as probe:
+            probe.execute(
+                "SELECT id FROM durable_jobs_job WHERE id = %s FOR UPDATE NOWAIT", [second.id]
+            )
+            probe.rollback()
+    finally:
+        holder.rollback()
+        holder.close()
+    thread.join(30)
+    assert result == [{first.id, second.id}]
