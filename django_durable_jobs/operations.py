@@ -107,6 +107,7 @@ def _apply(operation: str, job_ids: Iterable[uuid.UUID | str], using: str | None
         )
         changed = list(locked)
         requested: list[uuid.UUID] = []
+        descendants: set[uuid.UUID] = set()
         if operation == "cancel":
             # Running jobs: one UPDATE fenced on status='running' sets
             # cancel_requested_at and NOTIFYs their workers at commit; a job
@@ -119,7 +120,7 @@ def _apply(operation: str, job_ids: Iterable[uuid.UUID | str], using: str | None
             if operation == "cancel":
                 # Their waiting children are cancelled (or, with "run", counted
                 # done), and theirs, in this transaction.
-                db.release_dependents(
+                descendants = db.release_dependents(
                     alias, {pk: JobStatus.CANCELLED for pk, count in locked.items() if count}
                 )
                 # Wake their waiters (wait(), ?wait=) at commit, as
@@ -137,7 +138,9 @@ def _apply(operation: str, job_ids: Iterable[uuid.UUID | str], using: str | None
         if operation == "cancel" and changed:
             # Tell the finished listeners (a cancelled Django task reads as
             # FAILED), once the cancel is committed (the caller's, if any).
-            transaction.on_commit(functools.partial(hooks.jobs_finished, changed, alias), alias)
+            # Their descendants cancelled with them too: they never ran.
+            finished = [*changed, *sorted(descendants)]
+            transaction.on_commit(functools.partial(hooks.jobs_finished, finished, alias), alias)
     for job_id in changed:
         logger.info("Job %s id=%s", _PAST[operation], job_id, extra={"job_id": str(job_id)})
     for job_id in requested:

@@ -673,9 +673,18 @@ _ENDED = frozenset({"completed", "dead", "cancelled"})
 
 
 def record_outcomes(
-    using: str, outcomes: Sequence[Outcome], *, history_limit: int
+    using: str,
+    outcomes: Sequence[Outcome],
+    *,
+    history_limit: int,
+    cancelled_children: set[uuid.UUID] | None = None,
 ) -> set[uuid.UUID]:
     """Write ``outcomes``; release the children of the jobs they end; the ids written.
+
+    ``cancelled_children``, if given, receives the waiting jobs cancelled
+    because a parent ended dead or cancelled (at every level below): they
+    finished too, without a handler, and the caller announces them once
+    its transaction is committed (``hooks.jobs_finished``).
 
     The others lost their lease. Jobs without dependents (the outcomes'
     ``dependent_count``, as of the claim) are written in one statement,
@@ -684,11 +693,14 @@ def record_outcomes(
     dependents: in one transaction that records them, then releases their
     children (``_record_and_release``).
     """
-    return _record_outcomes(_DjangoStatements(using), outcomes, history_limit)
+    return _record_outcomes(_DjangoStatements(using), outcomes, history_limit, cancelled_children)
 
 
 def _record_outcomes(
-    statements: _Statements, outcomes: Sequence[Outcome], history_limit: int
+    statements: _Statements,
+    outcomes: Sequence[Outcome],
+    history_limit: int,
+    cancelled_children: set[uuid.UUID] | None = None,
 ) -> set[uuid.UUID]:
     # In id order, the order in which an enqueue locks its parents: a batch
     # that ends two parents of a child being enqueued then waits for that
@@ -696,7 +708,7 @@ def _record_outcomes(
     # the order it reads the outcomes).
     outcomes = sorted(outcomes, key=_job_id)
     if any(outcome.dependent_count for outcome in outcomes):
-        return _record_and_release(statements, outcomes, history_limit)
+        return _record_and_release(statements, outcomes, history_limit, cancelled_children)
     rows = statements.run("record_outcomes", _outcomes_params(outcomes, history_limit))
     written = {row[0] for row in rows}
     if len(written) < len(outcomes):
@@ -710,12 +722,15 @@ def _record_outcomes(
         }
         if gained:
             again = [outcome for outcome in refused if outcome.job_id in gained]
-            written |= _record_and_release(statements, again, history_limit)
+            written |= _record_and_release(statements, again, history_limit, cancelled_children)
     return written
 
 
 def _record_and_release(
-    statements: _Statements, outcomes: Sequence[Outcome], history_limit: int
+    statements: _Statements,
+    outcomes: Sequence[Outcome],
+    history_limit: int,
+    cancelled_children: set[uuid.UUID] | None,
 ) -> set[uuid.UUID]:
     """Write ``outcomes`` and release the children of the jobs they end, in one transaction.
 
@@ -731,18 +746,22 @@ def _record_and_release(
             _outcomes_params(outcomes, history_limit, without_dependents=False),
         )
         ended = {job_id: status for job_id, status, count in rows if count and status in _ENDED}
-        _release_levels(statements, ended)
+        cancelled = _release_levels(statements, ended)
+    if cancelled_children is not None:
+        cancelled_children |= cancelled
     return {row[0] for row in rows}
 
 
-def _release_levels(statements: _Statements, ended: Mapping[uuid.UUID, str]) -> None:
-    """Release the children of ``ended`` (``{job id: its new status}``), then theirs.
+def _release_levels(statements: _Statements, ended: Mapping[uuid.UUID, str]) -> set[uuid.UUID]:
+    """Release the children of ``ended`` (``{job id: its new status}``), then theirs;
+    return the waiting jobs cancelled on the way.
 
     One statement per level of cancelled descendants: each one's snapshot
     is taken after the statement above locked the level it reads, so it
     sees every child enqueued under those rows before (a later enqueue
     waits for the lock, then sees the parent cancelled).
     """
+    cancelled: set[uuid.UUID] = set()
     while ended:
         ids = list(ended)
         rows = statements.run(
@@ -754,17 +773,22 @@ def _release_levels(statements: _Statements, ended: Mapping[uuid.UUID, str]) -> 
                 **_finished_params(),
             },
         )
-        ended = dict.fromkeys((row[0] for row in rows if row[0] is not None), "cancelled")
+        cancelled.update(row[0] for row in rows if row[0] is not None)
+        ended = dict.fromkeys(
+            (row[0] for row in rows if row[0] is not None and row[1]), "cancelled"
+        )
+    return cancelled
 
 
-def release_dependents(using: str, ended: Mapping[uuid.UUID, str]) -> None:
+def release_dependents(using: str, ended: Mapping[uuid.UUID, str]) -> set[uuid.UUID]:
     """Release the children of ``ended`` (``{job id: its new status}``), in the caller's
     transaction, which must have ended and locked those jobs (an operator's cancel).
 
     Children are released or cancelled as ``record_outcomes`` does for the
     jobs it ends, and a cancel goes down to every waiting descendant.
+    Returns the descendants cancelled.
     """
-    _release_levels(_DjangoStatements(using), ended)
+    return _release_levels(_DjangoStatements(using), ended)
 
 
 def rewait_dependents(using: str, job_ids: Collection[uuid.UUID]) -> None:
@@ -819,8 +843,11 @@ def reap(
     limit: int,
     history_limit: int,
     decide: Callable[[ExpiredLease], Outcome],
+    cancelled_children: set[uuid.UUID] | None = None,
 ) -> list[tuple[ExpiredLease, Outcome]]:
     """Return expired leases' jobs to pending or dead, as ``decide`` says, in one transaction.
+
+    ``cancelled_children``: as ``record_outcomes``'.
 
     The rows stay locked from the read to the write, so a late heartbeat or
     outcome of the lost worker waits, then finds the lease token gone.
@@ -833,7 +860,9 @@ def reap(
         if not expired:
             return []
         outcomes = [decide(lease) for lease in expired]
-        written = record_outcomes(using, outcomes, history_limit=history_limit)
+        written = record_outcomes(
+            using, outcomes, history_limit=history_limit, cancelled_children=cancelled_children
+        )
     return [pair for pair in zip(expired, outcomes, strict=True) if pair[0].id in written]
 
 

@@ -407,7 +407,7 @@ SELECT recorded.id, recorded.status, recorded.dependent_count
 FROM recorded CROSS JOIN finished_notified;
 
 -- release_dependents --
--- Release the children of jobs that an earlier statement of this transaction ended and locked: %(ids)s, with their new %(statuses)s (completed, dead or cancelled). Marks their edges resolved and, for each child still waiting: a completed parent (or a dead or cancelled one, when the child's on_parent_failure is 'run') takes one off its waiting_on, and at 0 the child becomes pending, available now (or at its own available_at, if later), and its queue is notified (delivered at commit); a dead or cancelled parent cancels a child whose on_parent_failure is 'cancel', with a reason naming the parent. Its snapshot is taken after the parents were locked, so it sees every child enqueued under them (an enqueue that comes later waits for the lock, then sees the parent finished). The children it cancels are NOTIFYed as finished at commit (_finished_notified), as record_outcomes does for the jobs it ends. Returns the children cancelled here that have dependents of their own: the next level, for the next statement (or one NULL).
+-- Release the children of jobs that an earlier statement of this transaction ended and locked: %(ids)s, with their new %(statuses)s (completed, dead or cancelled). Marks their edges resolved and, for each child still waiting: a completed parent (or a dead or cancelled one, when the child's on_parent_failure is 'run') takes one off its waiting_on, and at 0 the child becomes pending, available now (or at its own available_at, if later), and its queue is notified (delivered at commit); a dead or cancelled parent cancels a child whose on_parent_failure is 'cancel', with a reason naming the parent. Its snapshot is taken after the parents were locked, so it sees every child enqueued under them (an enqueue that comes later waits for the lock, then sees the parent finished). The children it cancels are NOTIFYed as finished at commit (_finished_notified), as record_outcomes does for the jobs it ends. Returns the children cancelled here, each with whether it has dependents of its own (those are the next level, for the next statement); one NULL row when there is none.
 WITH ended AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(statuses)s::text[]) AS f(id, status)
 ),
@@ -480,9 +480,9 @@ finished AS (
 -- finished_notified on the preserved side: PostgreSQL evaluates it even when
 -- no child is returned (an inner join with an empty side may skip it); then
 -- the one row's id is NULL.
-SELECT children.id
+SELECT children.id, children.dependent_count > 0
 FROM finished_notified
-LEFT JOIN children ON children.status = 'cancelled' AND children.dependent_count > 0;
+LEFT JOIN children ON children.status = 'cancelled';
 
 -- rewait_dependents --
 -- A requeue of jobs %(ids)s (dead or cancelled, locked by an earlier statement of this transaction): their dependents still waiting, which had counted their end as done (on_parent_failure 'run'), wait for them again (waiting_on goes back up, the edge is unresolved), so they proceed when the requeued job completes. Children locked in id order, as release_dependents does. Returns the children that wait again.

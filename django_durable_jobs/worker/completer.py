@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
-from .. import db
+from .. import db, hooks
 from ..db.records import Outcome
 
 logger = logging.getLogger("django_durable_jobs.worker")
@@ -139,4 +139,11 @@ class Completer:
                 return written
 
     def _finish(self, batch: list[Outcome]) -> set[uuid.UUID]:
-        return db.record_outcomes(self._alias, batch, history_limit=self._history_limit)
+        cancelled: set[uuid.UUID] = set()
+        written = db.record_outcomes(
+            self._alias, batch, history_limit=self._history_limit, cancelled_children=cancelled
+        )
+        # Committed: the waiting jobs that a dead or cancelled parent
+        # cancelled finished too, without a handler (Django tasks listen).
+        hooks.jobs_finished(cancelled, self._alias)
+        return written

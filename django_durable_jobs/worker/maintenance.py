@@ -214,12 +214,14 @@ class Maintenance:
 
     def reap(self) -> int:
         """Return the jobs of expired leases to pending or dead; how many."""
+        cancelled_children: set[uuid.UUID] = set()
         reaped_jobs = db.reap(
             self._alias,
             lock_key=REAPER_LOCK_KEY,
             limit=REAP_BATCH,
             history_limit=self._history_limit,
             decide=lambda lease: reaped(lease, self._policy),
+            cancelled_children=cancelled_children,
         )
         for lease, outcome in reaped_jobs:
             now = _STATUS_AFTER_REAP.get(outcome.transition, "pending")
@@ -233,9 +235,12 @@ class Maintenance:
                 },
             )  # fmt: skip
         metrics.record_reaped(len(reaped_jobs))
-        # Jobs that ended dead without their handler saying so (Django tasks listen).
+        # Jobs that ended dead without their handler saying so (Django tasks
+        # listen), and the waiting jobs their end cancelled.
         hooks.jobs_finished(
-            [lease.id for lease, outcome in reaped_jobs if outcome.announce], self._alias
+            [lease.id for lease, outcome in reaped_jobs if outcome.announce]
+            + sorted(cancelled_children),
+            self._alias,
         )
         return len(reaped_jobs)
 

@@ -17,13 +17,23 @@ import pytest
 from django.db import DatabaseError, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_durable_jobs import InvalidJob, chain, db, enqueue, enqueue_many, group, operations
+from django_durable_jobs import (
+    InvalidJob,
+    chain,
+    db,
+    enqueue,
+    enqueue_many,
+    group,
+    hooks,
+    operations,
+)
 from django_durable_jobs.constants import PRIORITY_MAX
 from django_durable_jobs.context import JobContext
 from django_durable_jobs.db.records import ClaimedJob, Outcome
 from django_durable_jobs.enqueueing import EnqueueResult
 from django_durable_jobs.exceptions import IdempotencyConflict
 from django_durable_jobs.models import Job, JobDependency, JobStatus
+from django_durable_jobs.worker.completer import Completer
 from django_durable_jobs.worker.outcomes import Failure, complete, dead
 from tests.factories import expire, reaper
 
@@ -283,6 +293,41 @@ def test_a_dead_parent_cancels_its_descendants_naming_their_parent() -> None:
     assert Job.objects.get(pk=d.pk).last_error == (f"Cancelled: parent job {c.pk} ended cancelled.")
     assert status(runs) == "pending"  # its parent b was cancelled; "run" counts it done
     assert Job.objects.get(pk=d.pk).completed_at is not None
+
+
+@pytest.fixture
+def announced(monkeypatch: pytest.MonkeyPatch) -> list[set[uuid.UUID]]:
+    """What the finished listeners are told (hooks.jobs_finished), call by call."""
+    calls: list[set[uuid.UUID]] = []
+    monkeypatch.setattr(hooks, "_finished_listeners", [lambda ids, alias: calls.append(set(ids))])
+    return calls
+
+
+def test_the_jobs_a_failed_parent_cancels_are_announced_as_finished(
+    announced: list[set[uuid.UUID]],
+) -> None:
+    # They never run, so no handler tells anyone (a Django task's
+    # task_finished): the worker, the reaper and a cancel announce them.
+    a = enqueue(T).job
+    b, c = (r.job for r in chain({"type": T, "depends_on": [a]}, {"type": T}))
+    runs = enqueue(T, depends_on=[b], on_parent_failure="run").job
+    completer = Completer("default", 20, lambda outcomes, written: None)
+    assert completer._finish([fail(claim(a))]) == {a.pk}
+    assert announced == [{b.pk, c.pk}]
+    assert status(runs) == "pending"
+
+    announced.clear()
+    parent = enqueue(T, max_attempts=1).job
+    child = enqueue(T, depends_on=[parent]).job
+    expire(claim(parent).id)
+    assert reaper().reap() == 1
+    assert announced == [{parent.pk, child.pk}]
+
+    announced.clear()
+    parent = enqueue(T).job
+    child = enqueue(T, depends_on=[parent]).job
+    operations.cancel(parent.pk)
+    assert announced == [{parent.pk, child.pk}]
 
 
 def test_run_lets_the_child_run_after_a_failed_parent() -> None:
