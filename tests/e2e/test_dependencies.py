@@ -6,6 +6,7 @@ import itertools
 import signal
 
 import pytest
+from django.db.models import Min
 
 from django_durable_jobs import chain
 from django_durable_jobs.models import Job, JobStatus
@@ -46,3 +47,45 @@ def test_1000_chains_of_5_on_four_workers_run_once_in_order(workers: Workers) ->
     for jobs in chains:
         for before, after in itertools.pairwise(jobs):
             assert times[after][0] >= times[before][1], (before, after)
+
+
+def test_chains_survive_sigkilled_workers_in_order_with_nothing_left_waiting(
+    workers: Workers,  # noqa: F811
+) -> None:
+    # A parent's outcome and its children's release are one transaction: a
+    # worker killed at any moment leaves each parent either running (its
+    # lease expires, it runs again) or ended with its children released.
+    spec = {"type": "tests.record", "payload": {"sleep": 0.05}}
+    chains = [[r.job.pk for r in chain(spec, spec, spec, spec)] for _ in range(40)]
+    total = 40 * 4
+    args = ("--concurrency", "4", "--lease-seconds", "1.5", "--poll-interval", "0.2")
+    for kill in range(4):
+        victim = workers.start(*args)
+        wait_for(
+            lambda n=kill: Execution.objects.count() >= (n + 1) * 20, 60, f"executions ({kill})"
+        )
+        victim.send_signal(signal.SIGKILL)
+        assert victim.wait(10) == -signal.SIGKILL
+    rescuer = workers.start(*args)
+    wait_for(
+        lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() == total,
+        120,
+        "every job to complete after the kills",
+    )
+    rescuer.send_signal(signal.SIGTERM)
+    assert rescuer.wait(60) == 0, workers.output()
+    assert not Job.objects.exclude(status=JobStatus.COMPLETED).exists()
+    times = {
+        row["pk"]: (row["started_at"], row["completed_at"])
+        for row in Job.objects.values("pk", "started_at", "completed_at")
+    }
+    ran_first = {
+        row["job_id"]: row["first"]
+        for row in Execution.objects.values("job_id").annotate(first=Min("at"))
+    }
+    for jobs in chains:
+        for before, after in itertools.pairwise(jobs):
+            # Each run of a child (the first included) began after its parent completed.
+            assert ran_first[after] >= times[before][1], (before, after)
+    # Jobs ran again only because a kill took their lease: at most the ones in flight.
+    assert Execution.objects.count() - total <= 4 * 4
