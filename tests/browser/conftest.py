@@ -7,8 +7,8 @@ with a message that says what to install; with
 ``DURABLE_JOBS_REQUIRE_BROWSER=1`` (set by ``.ci/run`` once it has
 installed them) that is a failure instead, so CI cannot pass by skipping.
 
-One browser serves the whole session (starting Chromium takes about two
-seconds); each test gets it with no cookies and logs in through the admin's
+One browser serves all the browser tests (starting Chromium takes about
+two seconds); each test gets it with no cookies and logs in through the admin's
 real login form. The server is pytest-django's ``live_server``, in a thread
 of this process, on the test database (each test that uses it is
 transactional, so the server's own connections see what the test wrote).
@@ -94,12 +94,16 @@ def chrome_options(binary: str) -> Any:
     return options
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def driver(browser_binaries: dict[str, str], server: Any) -> Iterator[Any]:
-    """One headless Chromium for the session, through the Debian chromedriver.
+    """One headless Chromium for the browser tests, through the Debian chromedriver.
 
     The driver's path is given, so Selenium Manager never runs (it would
-    download a driver from the network).
+    download a driver from the network). It quits after the last browser
+    test, and then waits for the server's threads that answered its
+    keep-alive connections: each holds database connections until the
+    browser hangs up, and the rest of the suite (or the ``DROP DATABASE``
+    at its end) should not find them open.
     """
     from selenium import webdriver
     from selenium.common.exceptions import WebDriverException
@@ -119,22 +123,19 @@ def driver(browser_binaries: dict[str, str], server: Any) -> Iterator[Any]:
         yield browser
     finally:
         browser.quit()
+        for thread in threading.enumerate():
+            if "process_request_thread" in thread.name:
+                thread.join(timeout=10)
 
 
 @pytest.fixture(scope="session")
-def server(django_db_setup: None, live_server: Any) -> Iterator[Any]:
+def server(django_db_setup: None, live_server: Any) -> Any:
     """pytest-django's ``live_server``, started after the test database is made.
 
-    So it stops before the database is dropped. The browser (``driver``)
-    quits first: the server answers each of its keep-alive connections on a
-    thread that holds database connections until the browser hangs up, so
-    this waits for those threads before the server stops and the test
-    database is dropped (``DROP DATABASE`` refuses while they are open).
+    So it also stops before the database is dropped (fixtures are torn down
+    in the reverse order of their setup).
     """
-    yield live_server
-    for thread in threading.enumerate():
-        if "process_request_thread" in thread.name:
-            thread.join(timeout=10)
+    return live_server
 
 
 @pytest.fixture
