@@ -1,0 +1,147 @@
+"""The admin's pages as the browser tests use them: log in, open a page, run an action.
+
+What a test does is written against these few methods, so that a change of
+markup (a button on the job page instead of a list action, a confirmation
+step) is a change here, not in every test. Every wait for something that
+changes is an explicit ``WebDriverWait`` on what the page must show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from django_durable_jobs.models import Job
+
+#: Generous: a shared CI machine can stall a page for seconds; passing is fast.
+WAIT_SECONDS = 20
+
+JOBS = "/admin/durable_jobs/job/"
+DEAD_JOBS = "/admin/durable_jobs/deadjob/"
+QUEUES = "/admin/durable_jobs/queuestate/"
+
+
+class AdminPages:
+    def __init__(self, driver: Any, base_url: str) -> None:
+        self.driver = driver
+        self.base_url = base_url
+
+    # -- navigation ---------------------------------------------------------
+
+    def open(self, path: str) -> None:
+        self.driver.get(f"{self.base_url}{path}")
+        self.assert_no_alert()
+
+    def wait_for(self, by: str, value: str) -> WebElement:
+        return WebDriverWait(self.driver, WAIT_SECONDS).until(
+            EC.visibility_of_element_located((by, value))
+        )
+
+    def wait_for_path(self, path: str) -> None:
+        WebDriverWait(self.driver, WAIT_SECONDS).until(EC.url_to_be(f"{self.base_url}{path}"))
+
+    def submit_login(self, username: str, password: str) -> None:
+        """Fill in and send the admin's own login form; wait for the page that answers."""
+        self.open("/admin/login/?next=/admin/")
+        self.driver.find_element(By.ID, "id_username").send_keys(username)
+        self.driver.find_element(By.ID, "id_password").send_keys(password)
+        submit = self.driver.find_element(By.CSS_SELECTOR, "#login-form [type=submit]")
+        submit.click()
+        WebDriverWait(self.driver, WAIT_SECONDS).until(EC.staleness_of(submit))
+
+    def log_in(self, username: str, password: str) -> None:
+        """Through the login form, as a person would; on the admin index after it."""
+        self.submit_login(username, password)
+        self.wait_for_path("/admin/")
+        self.wait_for(By.ID, "user-tools")
+
+    def collapse_nav_sidebar(self) -> None:
+        """Close the admin's sidebar on the pages opened from now on, as its toggle would."""
+        self.driver.execute_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
+
+    def scroll_to(self, selector: str) -> None:
+        """Bring an element to the top of the window (before a screenshot of it)."""
+        element = self.driver.find_element(By.CSS_SELECTOR, selector)
+        self.driver.execute_script("arguments[0].scrollIntoView()", element)
+
+    def click_link(self, text: str) -> None:
+        """Follow the link ``text`` and wait for the page it leads to."""
+        link = self.driver.find_element(By.LINK_TEXT, text)
+        target = link.get_attribute("href")
+        link.click()
+        WebDriverWait(self.driver, WAIT_SECONDS).until(EC.url_to_be(target))
+        self.assert_no_alert()
+
+    def open_job(self, job: Job) -> None:
+        self.open(f"{JOBS}{job.pk}/change/")
+        self.wait_for(By.CSS_SELECTOR, ".field-status .readonly")
+
+    # -- what the page shows ------------------------------------------------
+
+    def text(self, selector: str) -> str:
+        return str(self.driver.find_element(By.CSS_SELECTOR, selector).text)
+
+    def messages(self) -> list[str]:
+        return [m.text for m in self.driver.find_elements(By.CSS_SELECTOR, "ul.messagelist li")]
+
+    def row_cell(self, pk: object, column: str) -> WebElement:
+        """The cell of ``column`` (a ``list_display`` name) in the changelist row of ``pk``."""
+        checkbox = self.driver.find_element(
+            By.CSS_SELECTOR, f"#result_list input.action-select[value='{pk}']"
+        )
+        row = checkbox.find_element(By.XPATH, "./ancestor::tr")
+        return row.find_element(By.CSS_SELECTOR, f".field-{column}")
+
+    def row_flag(self, pk: object, column: str) -> bool:
+        """A boolean column's value: the admin draws it as an icon whose alt is True/False."""
+        icon = self.row_cell(pk, column).find_element(By.TAG_NAME, "img")
+        return {"True": True, "False": False}[icon.get_attribute("alt")]
+
+    def assert_no_alert(self) -> None:
+        """No JavaScript alert is open (a script from a payload would have opened one)."""
+        try:
+            alert = self.driver.switch_to.alert
+        except NoAlertPresentException:
+            return
+        text = alert.text
+        alert.dismiss()
+        raise AssertionError(f"a JavaScript alert opened: {text!r}")
+
+    # -- changing things ----------------------------------------------------
+
+    def run_action(self, action: str, pks: Iterable[object]) -> list[str]:
+        """Tick the rows of ``pks`` in the open changelist, run ``action``; the messages.
+
+        Waits for the page that follows (the changelist again, with a
+        message). If the admin grows a confirmation step for an action,
+        that step belongs here.
+        """
+        for pk in pks:
+            self.driver.find_element(
+                By.CSS_SELECTOR, f"#result_list input.action-select[value='{pk}']"
+            ).click()
+        Select(self.driver.find_element(By.NAME, "action")).select_by_value(action)
+        go = self.driver.find_element(By.CSS_SELECTOR, "#changelist-form button[name=index]")
+        go.click()
+        WebDriverWait(self.driver, WAIT_SECONDS).until(EC.staleness_of(go))
+        self.wait_for(By.CSS_SELECTOR, "ul.messagelist")
+        self.assert_no_alert()
+        return self.messages()
+
+    def requeue(self, job: Job) -> list[str]:
+        """Requeue the dead job ``job`` from the admin, as an operator would; the messages.
+
+        Today that is the "Requeue" action of the "Dead jobs" list. When
+        the job page has its own Requeue button (branch ``ops-jobpage``),
+        this becomes: ``self.open_job(job)``, click the button (and confirm),
+        wait for the job page again and return its messages; the test that
+        calls it stays as it is.
+        """
+        self.open(DEAD_JOBS)
+        return self.run_action("requeue_jobs", [job.pk])
