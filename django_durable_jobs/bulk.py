@@ -10,7 +10,8 @@ indexes (``durable_jobs_status_idx``, ``_type_idx``, ``_queue_idx``,
 the whole run reads the matching range once. Each batch is its own
 transaction: it locks its jobs in id order (the order an enqueue locks its
 parents and a worker writes its outcomes, so none of them deadlocks with
-it), re-checking the filter on the locked rows, then changes them through
+it), checking the whole filter on the locked rows (the error text only
+there: no index serves it), then changes them through
 ``operations.requeue_many`` / ``cancel_many``, the path of the admin's
 actions, the REST API and the CLI, so dependents are re-waited or
 cancelled and workers and waiters NOTIFYed exactly as there.
@@ -29,7 +30,8 @@ a job of a built-in type (``durable_jobs.bulk_requeue``,
 ``durable_jobs.bulk_cancel``, registered by ``django_durable_jobs/jobs.py``)
 whose handler is ``run_job``: it stores its progress in its own ``result``
 in each batch's transaction (the operator watches it on the job's page),
-resumes from there when retried, and stops between batches when cancelled.
+resumes from there when retried, and, cancelled, stops before committing
+the batch in hand.
 Bulk operations never touch jobs of those two types unless the filter
 names the type: requeuing "all cancelled jobs" must not bring back an
 earlier, cancelled bulk cancel.
