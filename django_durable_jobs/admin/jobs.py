@@ -411,7 +411,8 @@ class JobAdmin(JobModelAdmin):
             {"fields": ("parents_display", "children_display", "on_parent_failure", "waiting_on")},
         ),
         (_("Payload and result"), {"fields": ("payload_display", "result_display")}),
-        (_("Attempts and errors"), {"fields": ("attempt_timeline", "last_error_display")}),
+        # "error_history": the field's old name, kept for the selectors that know it.
+        (_("Attempts and errors"), {"fields": ("error_history", "last_error_display")}),
         (
             _("Lease"),
             {
@@ -443,7 +444,7 @@ class JobAdmin(JobModelAdmin):
         "payload_display",
         "result_display",
         "last_error_display",
-        "attempt_timeline",
+        "error_history",
         "bulk_progress",
         "lease_holder",
         "lease_expires_at",
@@ -852,7 +853,7 @@ class JobAdmin(JobModelAdmin):
         return _pre(obj.last_error) if obj.last_error else ""
 
     @admin.display(description=_("attempts"))
-    def attempt_timeline(self, obj: Job) -> SafeString | str:
+    def error_history(self, obj: Job) -> SafeString | str:
         """Each attempt, oldest first: worker, start, end, outcome, error and traceback."""
         rows = attempt_timeline(obj)
         if not rows:
