@@ -2,38 +2,47 @@
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import datetime
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from typing import Any, ClassVar
+from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
+from django.core.exceptions import PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Max, Min, Model, Q, QuerySet
+from django.db.models import Max, Min, Model, QuerySet
 from django.db.models.functions import Left
-from django.http import HttpRequest
-from django.urls import reverse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils import formats, timezone
+from django.utils.functional import Promise
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator, capfirst
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
-from .. import operations
+from .. import bulk, operations
 from ..conf import jobs_settings
-from ..models import DeadJob, Job
+from ..enqueueing import enqueue
+from ..exceptions import IdempotencyConflict
+from ..models import DeadJob, Job, JobStatus
 from ..operations import BulkResult
 from ..registry import registry
 from .bases import (
     BasePaginator,
     JobModelAdmin,
 )
+from .timeline import attempt_timeline
 
 #: Characters of ``last_error`` the list reads per row (not whole tracebacks).
 ERROR_HEAD_CHARS = 200
@@ -54,7 +63,7 @@ class EstimatedCountPaginator(BasePaginator):
     empty; the page says that the total is an estimate.
     """
 
-    exact_count_limit = 10_000
+    exact_count_limit = bulk.EXACT_COUNT_LIMIT
     #: Whether ``count`` is the planner's estimate (the template says so).
     count_is_estimate = False
     #: The admin pages it with the changelist's queryset (``order_by``, ``explain``).
@@ -62,14 +71,11 @@ class EstimatedCountPaginator(BasePaginator):
 
     @cached_property
     def count(self) -> int:
-        queryset = self.object_list.order_by()
-        # values("pk"): count the ids only, not the list's computed columns.
-        exact = queryset.values("pk")[: self.exact_count_limit + 1].count()
-        if exact <= self.exact_count_limit:
-            return exact
-        self.count_is_estimate = True
-        plan = json.loads(queryset.explain(format="json"))
-        return max(int(plan[0]["Plan"]["Plan Rows"]), exact)
+        # Counts the ids only (values("pk")), not the list's computed columns.
+        count, self.count_is_estimate = bulk.count_or_estimate(
+            self.object_list, self.exact_count_limit
+        )
+        return count
 
 
 class _ValueListFilter(admin.SimpleListFilter):
@@ -212,6 +218,111 @@ class JobChangeList(ChangeList):
         }
 
 
+@dataclasses.dataclass(frozen=True)
+class JobAction:
+    """A button on a job's page: the states it shows in, and the operation it runs."""
+
+    #: The URL's last part, ``<id>/<slug>/``.
+    slug: str
+    label: Promise
+    allowed: tuple[str, ...]
+    perform: Callable[[uuid.UUID], Job]
+    #: The confirmation page's question and what it says happens.
+    question: Promise
+    explanation: Promise
+
+
+#: The buttons of a job's page, in the order shown (DESIGN.md: "Operator views").
+JOB_ACTIONS: dict[str, JobAction] = {
+    action.slug: action
+    for action in (
+        JobAction(
+            "requeue",
+            _("Requeue"),
+            tuple(operations.REQUEUE_FROM),
+            operations.requeue,
+            _("Requeue this job?"),
+            _(
+                "It goes back to pending with its attempts reset to 0 and runs as soon as a "
+                "worker is free. Its error history is kept. Its dependents still waiting wait "
+                "for it again; those cancelled when it ended stay cancelled."
+            ),
+        ),
+        JobAction(
+            "cancel",
+            _("Cancel"),
+            tuple(operations.CANCEL_FROM),
+            operations.cancel,
+            _("Cancel this job?"),
+            _(
+                "A pending or waiting job is cancelled at once and will not run; the waiting "
+                "jobs that depend on it are cancelled too (or run anyway, those enqueued with "
+                'on_parent_failure="run"). A running job is asked to stop: its handler sees '
+                "ctx.cancelled within about a second, and the job ends cancelled, not retried, "
+                "when the handler returns."
+            ),
+        ),
+        JobAction(
+            "run-now",
+            _("Run now"),
+            tuple(operations.RUN_NOW_FROM),
+            operations.run_now,
+            _("Run this job now?"),
+            _(
+                "It becomes runnable at once instead of at its available time (a delay, or the "
+                "backoff before a retry): the next free worker claims it."
+            ),
+        ),
+    )
+}
+
+#: The changelist parameters a bulk operation can reproduce as a ``bulk.JobFilter``;
+#: with any other, the list is not offered in bulk (what is changed must be what is listed).
+BULK_PARAMETERS = frozenset(
+    {
+        "status__exact",
+        "type",
+        "queue",
+        "created_at__year",
+        "created_at__month",
+        "created_at__day",
+        "q",
+        "o",
+        "p",
+        "all",
+        "_facets",
+    }
+)
+#: Operation -> the statuses whose list offers it, and its button's verb.
+BULK_ACTIONS: dict[str, tuple[tuple[str, ...], Promise]] = {
+    "requeue": (tuple(operations.REQUEUE_FROM), _("Requeue")),
+    "cancel": (tuple(operations.CANCEL_AT_ONCE), _("Cancel")),
+}
+
+
+def _created_range(params: Mapping[str, str]) -> tuple[datetime.datetime, datetime.datetime] | None:
+    """The date hierarchy's ``created_at`` range, as Django's changelist computes it."""
+    year, month, day = (params.get(f"created_at__{part}") for part in ("year", "month", "day"))
+    if year is None:
+        return None
+    start = datetime.datetime(int(year), int(month or 1), int(day or 1))
+    if day:
+        end = start + datetime.timedelta(days=1)
+    elif month:
+        end = (start + datetime.timedelta(days=32)).replace(day=1)
+    else:
+        end = start.replace(year=start.year + 1)
+    if settings.USE_TZ:
+        start, end = timezone.make_aware(start), timezone.make_aware(end)
+    return start, end
+
+
+def _either(states: Iterable[str]) -> str:
+    """``"pending, waiting or running"``."""
+    names = [str(state) for state in states]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 def _pre(text: str) -> SafeString:
     return format_html("<pre>{}</pre>", text)
 
@@ -261,7 +372,10 @@ class JobAdmin(JobModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     change_list_template = "admin/durable_jobs/job/change_list.html"
+    change_form_template = "admin/durable_jobs/job/change_form.html"
     actions: tuple[str, ...] = ("requeue_jobs", "cancel_jobs", "run_jobs_now")
+    #: The status of every job this page lists (DeadJobAdmin: dead); None: the status filter's.
+    listed_status: str | None = None
 
     fieldsets = (
         (
@@ -297,7 +411,8 @@ class JobAdmin(JobModelAdmin):
             {"fields": ("parents_display", "children_display", "on_parent_failure", "waiting_on")},
         ),
         (_("Payload and result"), {"fields": ("payload_display", "result_display")}),
-        (_("Errors"), {"fields": ("last_error_display", "error_history")}),
+        # "error_history": the field's old name, kept for the selectors that know it.
+        (_("Attempts and errors"), {"fields": ("error_history", "last_error_display")}),
         (
             _("Lease"),
             {
@@ -330,6 +445,7 @@ class JobAdmin(JobModelAdmin):
         "result_display",
         "last_error_display",
         "error_history",
+        "bulk_progress",
         "lease_holder",
         "lease_expires_at",
         "lease_token",
@@ -365,6 +481,305 @@ class JobAdmin(JobModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    # -- a job's page: the buttons, each a confirmation page and a POST -------
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        urls = [
+            path(
+                f"<path:object_id>/{slug}/",
+                wrap(self.job_action_view),
+                {"slug": slug},
+                name=self._url_name(slug),
+            )
+            for slug in JOB_ACTIONS
+        ]
+        urls += [
+            path(
+                f"bulk-{operation}/",
+                wrap(self.bulk_view),
+                {"operation": operation},
+                name=self._url_name(f"bulk_{operation}"),
+            )
+            for operation in BULK_ACTIONS
+        ]
+        return [*urls, *super().get_urls()]
+
+    def _url_name(self, suffix: str) -> str:
+        """``durable_jobs_job_<suffix>`` (``..._deadjob_...`` on the dead jobs' admin)."""
+        return f"{self.opts.app_label}_{self.opts.model_name}_{suffix.replace('-', '_')}"
+
+    def _job_url(self, job_id: Any) -> str:
+        # Job's page, not this admin's: a requeued job has left the "Dead jobs" page.
+        return reverse("admin:durable_jobs_job_change", args=[job_id])
+
+    def _changelist_url(self, query: str = "") -> str:
+        url = reverse(f"admin:{self._url_name('changelist')}")
+        return f"{url}?{query}" if query else url
+
+    def job_actions(self, request: HttpRequest, job: Job) -> list[dict[str, Any]]:
+        """The buttons of ``job``'s page: those its state allows, for a user with ``change_job``."""
+        if not self._user_can(request, "change"):
+            return []
+        return [
+            {
+                "label": action.label,
+                "url": reverse(f"admin:{self._url_name(action.slug)}", args=[job.pk]),
+                "slug": action.slug,
+            }
+            for action in JOB_ACTIONS.values()
+            if job.status in action.allowed
+        ]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        job = self._job_or_none(object_id)
+        context = {**(extra_context or {})}
+        if job is not None:
+            context["durable_jobs_actions"] = self.job_actions(request, job)
+        return super().change_view(request, object_id, form_url, context)
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = list(super().get_fieldsets(request, obj))
+        if obj is not None and obj.type in bulk.BULK_TYPES:
+            fieldsets.insert(1, (_("Bulk operation"), {"fields": ("bulk_progress",)}))
+        return fieldsets
+
+    @staticmethod
+    def _job_or_none(object_id: str) -> Job | None:
+        """The job, whatever this admin lists (a dead job's page outlives its requeue)."""
+        try:
+            job_id = uuid.UUID(str(object_id))
+        except ValueError:
+            return None
+        return Job.objects.filter(pk=job_id).first()
+
+    def job_action_view(self, request: HttpRequest, object_id: str, slug: str) -> HttpResponse:
+        """Requeue, cancel or run now one job: a confirmation page (GET), the change (POST).
+
+        ``change_job`` is required for both (403 without); the admin's
+        ``admin_view`` checks staff and CSRF. The change is the operation's
+        own conditional UPDATE: a job whose state changed since the page was
+        shown gets a message saying so, never a 500.
+        """
+        if request.method not in ("GET", "HEAD", "POST"):
+            return HttpResponseNotAllowed(["GET", "POST"])
+        if not self._user_can(request, "change"):
+            raise PermissionDenied
+        action = JOB_ACTIONS[slug]
+        job = self._job_or_none(object_id)
+        if job is None:
+            self.message_user(
+                request,
+                _("There is no job with id %(id)s (pruned, perhaps).") % {"id": object_id},
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(self._changelist_url())
+        if request.method == "POST":
+            return self._perform(request, action, job)
+        if job.status not in action.allowed:
+            self.message_user(request, self._not_allowed(action, job), messages.WARNING)
+            return HttpResponseRedirect(self._job_url(job.pk))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": action.question,
+            "job": job,
+            "action": action,
+            "job_url": reverse(f"admin:{self._url_name('change')}", args=[job.pk]),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/durable_jobs/job/action_confirmation.html", context)
+
+    @staticmethod
+    def _not_allowed(action: JobAction, job: Job) -> str:
+        return _("Job %(id)s is %(status)s: “%(action)s” applies to %(allowed)s jobs only.") % {
+            "id": job.pk,
+            "status": job.status,
+            "action": action.label,
+            "allowed": _either(action.allowed),
+        }
+
+    def _perform(self, request: HttpRequest, action: JobAction, job: Job) -> HttpResponse:
+        try:
+            changed = action.perform(job.pk)
+        except operations.JobStateError as exc:
+            # Its state changed since the page was shown (a worker claimed
+            # it, someone else requeued it): the UPDATE matched nothing.
+            self.message_user(
+                request,
+                _("Nothing was done: %(reason)s") % {"reason": self._not_allowed(action, exc.job)},
+                messages.ERROR,
+            )
+        except Job.DoesNotExist:
+            self.message_user(
+                request,
+                _("Job %(id)s no longer exists (pruned, perhaps).") % {"id": job.pk},
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(self._changelist_url())
+        else:
+            self.message_user(request, self._done(action, changed), messages.SUCCESS)
+        return HttpResponseRedirect(self._job_url(job.pk))
+
+    @staticmethod
+    def _done(action: JobAction, job: Job) -> str:
+        if action.slug == "requeue":
+            return _("Job %(id)s was requeued: pending, runnable now.") % {"id": job.pk}
+        if action.slug == "run-now":
+            return _("Job %(id)s will run now: the next free worker claims it.") % {"id": job.pk}
+        if job.status == JobStatus.RUNNING:
+            return _(
+                "Cancel requested for job %(id)s: it is running, and ends cancelled when its "
+                "handler stops."
+            ) % {"id": job.pk}
+        return _("Job %(id)s was cancelled.") % {"id": job.pk}
+
+    # -- bulk by filter: a durable job does the batches ------------------------
+
+    def bulk_filter(self, params: Mapping[str, str]) -> bulk.JobFilter | None:
+        """The changelist's filters as a ``bulk.JobFilter``; None if they are not all its.
+
+        The status, type, queue and search filters and the date drill-down;
+        with any other parameter (a lookup typed in the address) the list
+        is not offered in bulk, so that what a bulk run changes is exactly
+        what the list shows.
+        """
+        if set(params) - BULK_PARAMETERS:
+            return None
+        status = self.listed_status or params.get("status__exact")
+        if not status:
+            return None
+        try:
+            created = _created_range(params)
+            return bulk.JobFilter(
+                status=status,
+                queue=params.get("queue") or None,
+                type=params.get("type") or None,
+                created_after=created[0] if created else None,
+                created_before=created[1] if created else None,
+                search=params.get("q", "").strip() or None,
+            )
+        except (ValueError, OverflowError):  # InvalidFilter is a ValueError
+            return None
+
+    @staticmethod
+    def _filter_query(params: Mapping[str, str]) -> str:
+        """The filters of a changelist query string, without its page and order."""
+        kept = {key: params[key] for key in params if key not in ("o", "p", "all", "_facets")}
+        return urlencode(sorted(kept.items()))
+
+    def bulk_actions(self, request: HttpRequest) -> list[dict[str, Any]]:
+        """The "Requeue all N matching" / "Cancel all N matching" buttons this list offers."""
+        if not self._user_can(request, "change"):
+            return []
+        job_filter = self.bulk_filter(request.GET)
+        if job_filter is None:
+            return []
+        query = self._filter_query(request.GET)
+        return [
+            {
+                "operation": operation,
+                "verb": verb,
+                "url": reverse(f"admin:{self._url_name(f'bulk_{operation}')}") + f"?{query}",
+            }
+            for operation, (statuses, verb) in BULK_ACTIONS.items()
+            if job_filter.status in statuses
+        ]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {**(extra_context or {}), "durable_jobs_bulk_actions": self.bulk_actions(request)}
+        return super().changelist_view(request, context)
+
+    def bulk_view(self, request: HttpRequest, operation: str) -> HttpResponse:
+        """A bulk requeue or cancel of the filtered list: a confirmation page, then a bulk job.
+
+        A web request must not run for minutes: the POST enqueues a job of
+        the built-in type (``bulk.BULK_REQUEUE`` / ``BULK_CANCEL``) whose
+        handler does the batches and keeps its progress in its result. The
+        confirmation page carries a token that becomes the job's
+        idempotency key, so a form submitted twice starts one job.
+        """
+        if request.method not in ("GET", "HEAD", "POST"):
+            return HttpResponseNotAllowed(["GET", "POST"])
+        if not self._user_can(request, "change"):
+            raise PermissionDenied
+        query = self._filter_query(request.GET)
+        job_filter = self.bulk_filter(request.GET)
+        statuses, verb = BULK_ACTIONS[operation]
+        if job_filter is None or job_filter.status not in statuses:
+            self.message_user(
+                request,
+                _(
+                    "“%(verb)s all matching” needs the list filtered to %(statuses)s jobs, by "
+                    "the filters in the sidebar, the search or the dates only."
+                )
+                % {"verb": verb, "statuses": _either(statuses)},
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(self._changelist_url(query))
+        if request.method == "POST":
+            return self._start_bulk(request, operation, job_filter, query)
+        matched, estimate = bulk.count_or_estimate(job_filter.queryset())
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": _("%(verb)s all matching jobs?") % {"verb": verb},
+            "verb": verb,
+            "operation": operation,
+            "description": job_filter.describe(),
+            "matched": matched,
+            "matched_is_estimate": estimate,
+            "batch_size": bulk.DEFAULT_BATCH_SIZE,
+            "job_type": bulk.bulk_job_payload(operation, job_filter)[0],
+            "queue": jobs_settings.DEFAULT_QUEUE,
+            "token": uuid.uuid4().hex,
+            "changelist_url": self._changelist_url(query),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/durable_jobs/job/bulk_confirmation.html", context)
+
+    def _start_bulk(
+        self, request: HttpRequest, operation: str, job_filter: bulk.JobFilter, query: str
+    ) -> HttpResponse:
+        back = HttpResponseRedirect(self._changelist_url(query))
+        try:
+            token = uuid.UUID(request.POST.get("token", ""))
+        except ValueError:
+            self.message_user(
+                request, _("The form was incomplete; nothing was done."), messages.ERROR
+            )
+            return back
+        job_type, payload = bulk.bulk_job_payload(
+            operation, job_filter, requested_by=request.user.get_username()
+        )
+        try:
+            result = enqueue(job_type, payload, idempotency_key=f"durable_jobs.bulk:{token}")
+        except IdempotencyConflict:
+            self.message_user(request, _("The form was reused; nothing was done."), messages.ERROR)
+            return back
+        link = format_html('<a href="{}">{}</a>', self._job_url(result.job.pk), result.job.pk)
+        if result.created:
+            message = format_html(
+                gettext("Bulk {} of {} started as job {}: its page shows the progress."),
+                operation,
+                job_filter.describe(),
+                link,
+            )
+        else:
+            message = format_html(
+                gettext("That bulk {} was already started as job {}."), operation, link
+            )
+        self.message_user(request, message, messages.SUCCESS)
+        return back
+
     # -- the list -----------------------------------------------------------
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
@@ -381,10 +796,8 @@ class JobAdmin(JobModelAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        condition = Q(type=term) | Q(idempotency_key=term)
-        with contextlib.suppress(ValueError):
-            condition |= Q(pk=uuid.UUID(term))
-        return queryset.filter(condition), False
+        # The bulk operations' search too: "requeue all matching" means these.
+        return queryset.filter(bulk.search_condition(term)), False
 
     @admin.display(description=_("attempts"))
     def attempts_display(self, obj: Job) -> str:
@@ -439,29 +852,52 @@ class JobAdmin(JobModelAdmin):
     def last_error_display(self, obj: Job) -> SafeString | str:
         return _pre(obj.last_error) if obj.last_error else ""
 
-    @admin.display(description=_("error history"))
+    @admin.display(description=_("attempts"))
     def error_history(self, obj: Job) -> SafeString | str:
-        """Each failure, newest first: attempt, time, worker, exception, message, traceback."""
-        entries = [entry for entry in (obj.errors or []) if isinstance(entry, dict)]
-        if not entries:
-            return ""
-        return format_html_join(
-            "",
-            "<div><p><strong>{} {}</strong> · {} · {} {} · <code>{}</code></p><p>{}</p>"
-            "<pre>{}</pre></div>",
-            (
-                (
-                    _("Attempt"),
-                    entry.get("attempt", "?"),
-                    entry.get("at", ""),
-                    _("worker"),
-                    entry.get("worker", ""),
-                    entry.get("exception", ""),
-                    entry.get("error", ""),
-                    entry.get("traceback", ""),
-                )
-                for entry in reversed(entries)
-            ),
+        """Each attempt, oldest first: worker, start, end, outcome, error and traceback."""
+        rows = attempt_timeline(obj)
+        if not rows:
+            return "-"
+        # A template renders it, escaping everything a job carries.
+        return SafeString(
+            render_to_string(
+                "admin/durable_jobs/job/attempt_timeline.html",
+                {"rows": rows, "history_limit": jobs_settings.ERROR_HISTORY_LIMIT},
+            )
+        )
+
+    @admin.display(description=_("progress"))
+    def bulk_progress(self, obj: Job) -> SafeString | str:
+        """A bulk job's filter and progress, as its handler stores them in ``result``."""
+        try:
+            job_filter = bulk.JobFilter.from_dict((obj.payload or {}).get("filter"))
+        except bulk.InvalidFilter as exc:
+            return str(exc)
+        progress = None
+        if isinstance(obj.result, dict):
+            try:
+                progress = bulk.BulkProgress.from_dict(obj.result)
+            except (KeyError, TypeError, ValueError):
+                progress = None
+        if progress is None:
+            state = _("not started yet") if obj.status == JobStatus.PENDING else obj.status
+            return format_html("<p>{}</p><p>{}</p>", capfirst(job_filter.describe()), state)
+        if progress.done:
+            state = _("done")
+        elif obj.status == JobStatus.RUNNING:
+            state = _("in progress: updated after each batch, reload the page to follow it")
+        elif obj.status == JobStatus.PENDING:
+            state = _("interrupted: its next attempt goes on after the last batch")
+        else:
+            state = _(
+                "stopped (%(status)s): requeue it to go on; it starts over on the jobs that "
+                "still match"
+            ) % {"status": obj.status}
+        return format_html(
+            "<p>{}</p><p><strong>{}</strong></p><p>{}</p>",
+            capfirst(job_filter.describe()),
+            capfirst(progress.describe()),
+            state,
         )
 
     # -- actions: thin shells over operations.py ----------------------------
@@ -569,3 +1005,4 @@ class DeadJobAdmin(JobAdmin):
     )
     list_filter = (TypeFilter, QueueFilter)
     actions = ("requeue_jobs",)
+    listed_status = JobStatus.DEAD

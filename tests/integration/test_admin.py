@@ -264,7 +264,7 @@ def test_the_change_page_shows_everything_escaped_and_read_only(admin_client: Cl
     assert XSS not in html
     assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 6
     assert re.search(r"<pre>\{\s+&quot;html&quot;", html)  # pretty-printed JSON
-    assert "Attempt 1" in html and "builtins.RuntimeError" in html
+    assert "durable-jobs-timeline" in html and "builtins.RuntimeError" in html
     assert 'name="_save"' not in html and 'name="_continue"' not in html
 
 

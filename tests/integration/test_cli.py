@@ -16,7 +16,6 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_durable_jobs.held_back import nothing_held
-from django_durable_jobs.management.commands import jobs as jobs_command
 from django_durable_jobs.models import Job, JobStatus, QueueState
 from django_durable_jobs.pausing import paused_queues
 from tests.factories import make_job
@@ -130,18 +129,75 @@ def test_requeue_of_a_job_in_the_wrong_state_fails_after_doing_the_rest() -> Non
     assert Job.objects.get(pk=dead.pk).status == JobStatus.PENDING
 
 
-def test_requeue_all_dead_with_filters(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jobs_command, "REQUEUE_BATCH", 2)
+def test_requeue_all_dead_with_filters() -> None:
     wanted = [make(JobStatus.DEAD, job_type="tests.a", queue="q1") for _ in range(5)]
     other_type = make(JobStatus.DEAD, job_type="tests.b", queue="q1")
     other_queue = make(JobStatus.DEAD, job_type="tests.a", queue="q2")
-    data = run_json("requeue", "--all-dead", "--type", "tests.a", "--queue", "q1")
-    assert data == {"requeued": 5, "batches": 3}
+    args = ("requeue", "--all-dead", "--type", "tests.a", "--queue", "q1", "--batch-size", "2")
+    data = run_json(*args)
+    assert data == {
+        "requeued": 5,
+        "batches": 3,
+        "matched": 5,
+        "matched_is_estimate": False,
+        "filter": {"status": "dead", "type": "tests.a", "queue": "q1"},
+    }
     assert {j.status for j in Job.objects.filter(pk__in=[j.pk for j in wanted])} == {"pending"}
     assert Job.objects.get(pk=other_type.pk).status == JobStatus.DEAD
     assert Job.objects.get(pk=other_queue.pk).status == JobStatus.DEAD
     assert "1 dead job(s) requeued." in run("requeue", "--all-dead", "--queue", "q2")
-    assert run_json("requeue", "--all-dead") == {"requeued": 1, "batches": 1}
+    assert run_json("requeue", "--all-dead")["requeued"] == 1
+
+
+def test_requeue_all_by_status_and_filters() -> None:
+    now = timezone.now()
+    old = [make(JobStatus.CANCELLED, created_at=now - timedelta(days=3)) for _ in range(3)]
+    young = make(JobStatus.CANCELLED)
+    smtp = make(JobStatus.DEAD, last_error="ConnectionError: SMTP down")
+    plain_dead = make(JobStatus.DEAD, last_error="ValueError")
+    data = run_json("requeue", "--all", "--status", "cancelled", "--created-before", "2d")
+    assert (data["requeued"], data["filter"]["status"]) == (3, "cancelled")
+    assert {Job.objects.get(pk=j.pk).status for j in old} == {"pending"}
+    assert Job.objects.get(pk=young.pk).status == JobStatus.CANCELLED
+    after = (now - timedelta(hours=1)).isoformat()
+    assert "1 cancelled job(s) requeued." in run(
+        "requeue", "--all", "--status", "cancelled", "--created-after", after
+    )
+    assert "1 dead job(s) requeued." in run("requeue", "--all", "--error-contains", "smtp")
+    assert Job.objects.get(pk=smtp.pk).status == JobStatus.PENDING
+    assert Job.objects.get(pk=plain_dead.pk).status == JobStatus.DEAD
+
+
+def test_cancel_all_pending_of_a_queue_and_waiting_ones() -> None:
+    pending = [make(queue="q") for _ in range(4)]
+    elsewhere = make(queue="other")
+    running = make(JobStatus.RUNNING, queue="q")
+    waiting = make(JobStatus.WAITING, queue="q")
+    data = run_json("cancel", "--all", "--queue", "q", "--batch-size", "3")
+    assert (data["cancelled"], data["batches"], data["filter"]) == (
+        4,
+        2,
+        {"status": "pending", "queue": "q"},
+    )
+    assert {Job.objects.get(pk=j.pk).status for j in pending} == {"cancelled"}
+    assert Job.objects.get(pk=elsewhere.pk).status == JobStatus.PENDING
+    assert Job.objects.get(pk=running.pk).status == JobStatus.RUNNING
+    assert "1 waiting job(s) cancelled." in run("cancel", "--all", "--status", "waiting")
+    assert Job.objects.get(pk=waiting.pk).status == JobStatus.CANCELLED
+
+
+def test_a_bulk_run_shows_progress_on_a_terminal() -> None:
+    class Terminal(StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for _ in range(5):
+        make(JobStatus.DEAD)
+    err, out = Terminal(), StringIO()
+    call_command("jobs", "requeue", "--all", "--batch-size", "2", stdout=out, stderr=err)
+    assert "requeued 2 of 5 matching job(s) in 1 batch(es)" in err.getvalue()
+    assert "requeued 5 of 5 matching job(s) in 3 batch(es)" in err.getvalue()
+    assert out.getvalue().strip() == "5 dead job(s) requeued."
 
 
 def test_cancel() -> None:
@@ -202,8 +258,25 @@ def test_prune_shows_progress_on_a_terminal_only() -> None:
         (["requeue", str(uuid.uuid4())], "No job with id"),
         (["requeue", "12"], "is not a job id"),
         (["requeue"], "Give job ids"),
-        (["requeue", "--type", "x", str(uuid.uuid4())], "only apply with --all-dead"),
+        (["requeue", "--type", "x", str(uuid.uuid4())], "--type only apply with --all"),
         (["requeue", "--all-dead", str(uuid.uuid4())], "not both"),
+        (["requeue", "--all", str(uuid.uuid4())], "Give job ids or --all, not both"),
+        (["requeue", "--all", "--all-dead"], "Give --all or --all-dead, not both"),
+        (["requeue", "--all-dead", "--status", "cancelled"], "--all --status cancelled"),
+        (["requeue", "--all", "--status", "pending"], "--status: requeue --all applies to dead"),
+        (["requeue", "--all", "--status", "finished"], "not 'finished'"),
+        (["requeue", "--status", "dead"], "--status only apply with --all"),
+        (["requeue", "--all", "--batch-size", "0"], "--batch-size: must be from 1 to 10000"),
+        (["requeue", "--all", "--created-before", "yesterday"], "--created-before: 'yesterday'"),
+        (["requeue", "--all", "--created-after", "2025-01-01T00:00"], "has no UTC offset"),
+        (
+            ["requeue", "--all", "--created-after", "1d", "--created-before", "2d"],
+            "--created-before: must be later than created_after",
+        ),
+        (["requeue", "--all", "--queue", " "], "--queue: must be a non-empty string"),
+        (["cancel"], "Give job ids to cancel or --all"),
+        (["cancel", "--all", "--status", "running"], "applies to pending or waiting jobs"),
+        (["cancel", "--queue", "q", str(uuid.uuid4())], "--queue only apply with --all"),
         (["cancel", str(uuid.uuid4())], "No job with id"),
         (["cancel", "nope"], "is not a job id"),
         (["list", "--status", "finished"], "unknown status 'finished'"),

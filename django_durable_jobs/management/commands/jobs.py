@@ -1,7 +1,7 @@
 """``manage.py jobs``: inspect and act on the queue without writing SQL.
 
 A thin shell: it parses and checks input, then calls ``operations`` (requeue,
-cancel), ``pausing`` (pause, resume), ``pruning`` and ``api.stats``, the same
+cancel), ``bulk`` (``--all``), ``pausing`` (pause, resume), ``pruning`` and ``api.stats``, the same
 code as the admin and the REST API. Every subcommand takes ``--json`` for scripts. Bad input raises
 ``CommandError`` (exit status 1) rather than an argparse error (status 2), so
 that a script sees one failure code whatever was wrong.
@@ -16,11 +16,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ... import operations, pausing, pruning
+from ... import bulk, operations, pausing, pruning
 from ...api.stats import job_stats, queue_overview
 from ...durations import format_duration, parse_duration
 from ...exceptions import InvalidPause
@@ -31,8 +30,16 @@ from ...schedules.overview import schedule_overview
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 10_000
-#: Jobs requeued per transaction by ``requeue --all-dead``.
-REQUEUE_BATCH = 1_000
+#: The options of ``requeue --all`` / ``cancel --all`` by ``bulk.JobFilter`` field.
+BULK_OPTIONS = {
+    "status": "--status",
+    "queue": "--queue",
+    "type": "--type",
+    "created_after": "--created-after",
+    "created_before": "--created-before",
+    "error_contains": "--error-contains",
+    "batch_size": "--batch-size",
+}
 LIST_COLUMNS = ("id", "type", "queue", "status", "attempts", "created_at")
 
 
@@ -96,23 +103,69 @@ def job_detail(job: Job) -> dict[str, Any]:
     }
 
 
-def _parse_time(text: str) -> datetime:
-    """``--until``: an ISO 8601 time with a UTC offset (a naive time is refused, not guessed)."""
+def _parse_time(text: str, option: str = "--until") -> datetime:
+    """An ISO 8601 time with a UTC offset (a naive time is refused, not guessed)."""
     try:
         parsed = parse_datetime(text.strip())
     except ValueError:
         parsed = None
     if parsed is None:
         raise CommandError(
-            f"--until: {text!r} is not an ISO 8601 date and time, e.g. 2026-12-01T12:00Z",
+            f"{option}: {text!r} is not an ISO 8601 date and time, e.g. 2026-12-01T12:00Z",
             returncode=1,
         )
     if timezone.is_naive(parsed):
         raise CommandError(
-            f"--until: {text!r} has no UTC offset; add Z or +hh:mm (a naive time is ambiguous)",
+            f"{option}: {text!r} has no UTC offset; add Z or +hh:mm (a naive time is ambiguous)",
             returncode=1,
         )
     return parsed
+
+
+def _parse_moment(text: str, option: str) -> datetime:
+    """``--created-before``/``--created-after``: an ISO 8601 time, or a duration ago (``7d``)."""
+    try:
+        ago = parse_duration(text)
+    except ValueError:
+        return _parse_time(text, option)
+    return timezone.now() - ago
+
+
+def _add_bulk_options(command: CommandParser, operation: str, statuses: Sequence[str]) -> None:
+    """``--all`` and the filters of a bulk requeue or cancel (``bulk.JobFilter``)."""
+    command.add_argument(
+        "--all",
+        action="store_true",
+        help=f"Instead of ids: {operation} every job matching the options below, in batches.",
+    )
+    command.add_argument(
+        "--status",
+        help=f"With --all: jobs in this status, {' or '.join(statuses)} (default: {statuses[0]}).",
+    )
+    command.add_argument("--type", help="With --all: only jobs of this type.")
+    command.add_argument("--queue", help="With --all: only jobs in this queue.")
+    command.add_argument(
+        "--created-after",
+        metavar="TIME",
+        help="With --all: only jobs created at or after TIME (ISO 8601 with a UTC offset, or "
+        "a duration ago: 12h, 7d).",
+    )
+    command.add_argument(
+        "--created-before",
+        metavar="TIME",
+        help="With --all: only jobs created before TIME (ISO 8601 with a UTC offset, or a "
+        "duration ago: 12h, 7d).",
+    )
+    command.add_argument(
+        "--error-contains",
+        metavar="TEXT",
+        help="With --all: only jobs whose last error contains TEXT (case-insensitive).",
+    )
+    command.add_argument(
+        "--batch-size",
+        help=f"With --all: jobs per transaction, at most {bulk.MAX_BATCH_SIZE} "
+        f"(default: {bulk.DEFAULT_BATCH_SIZE}).",
+    )
 
 
 def _paused_text(entry: dict[str, Any]) -> str:
@@ -178,17 +231,19 @@ class Command(BaseCommand):
         requeue = add("requeue", "Put dead or cancelled jobs back to pending, attempts reset.")
         requeue.add_argument("ids", nargs="*", metavar="ID", help="Ids of the jobs to requeue.")
         requeue.add_argument(
-            "--all-dead", action="store_true", help="Requeue every dead job (in batches)."
+            "--all-dead",
+            action="store_true",
+            help="Requeue every dead job matching the options (in batches): --all --status dead.",
         )
-        requeue.add_argument("--type", help="With --all-dead: only jobs of this type.")
-        requeue.add_argument("--queue", help="With --all-dead: only jobs in this queue.")
+        _add_bulk_options(requeue, "requeue", [str(s) for s in operations.REQUEUE_FROM])
 
         cancel = add(
             "cancel",
             "Cancel pending and waiting jobs (and the waiting jobs that depend on them); ask "
             "running ones to stop (they end cancelled when their handler stops).",
         )
-        cancel.add_argument("ids", nargs="+", metavar="ID", help="Ids of the jobs to cancel.")
+        cancel.add_argument("ids", nargs="*", metavar="ID", help="Ids of the jobs to cancel.")
+        _add_bulk_options(cancel, "cancel", [str(s) for s in operations.CANCEL_AT_ONCE])
 
         prune = add("prune", "Delete finished jobs older than a duration, in batches.")
         prune.add_argument(
@@ -329,48 +384,83 @@ class Command(BaseCommand):
         return data, text
 
     def handle_requeue(self, options: dict[str, Any]) -> tuple[Any, str]:
-        if options["all_dead"]:
-            if options["ids"]:
-                raise CommandError("Give job ids or --all-dead, not both", returncode=1)
-            return self._requeue_all_dead(options["type"], options["queue"])
-        if options["type"] is not None or options["queue"] is not None:
-            raise CommandError("--type and --queue only apply with --all-dead", returncode=1)
-        if not options["ids"]:
-            raise CommandError("Give job ids to requeue, or --all-dead", returncode=1)
-        ids = parse_ids(options["ids"])
-        self._existing(ids)
+        if options["all"] or options["all_dead"]:
+            return self._bulk("requeue", options)
+        ids = self._ids(options, "requeue")
         return self._bulk_report("requeued", operations.requeue_many(ids), "dead or cancelled")
 
-    def _requeue_all_dead(self, job_type: str | None, queue: str | None) -> tuple[Any, str]:
-        # Only jobs dead before we started: a job that dies again while we
-        # work gets a later completed_at, so the loop always ends.
-        started = timezone.now()
-        dead = Job.objects.dead().filter(
-            Q(completed_at__isnull=True) | Q(completed_at__lte=started)
-        )
-        if job_type is not None:
-            dead = dead.filter(type=job_type)
-        if queue is not None:
-            dead = dead.filter(queue=queue)
-        requeued = batches = 0
-        while True:
-            # One transaction per batch (requeue_many's): row locks are
-            # short, and workers can claim the first batch while we go on.
-            ids = list(dead.values_list("pk", flat=True)[:REQUEUE_BATCH])
-            if not ids:
-                break
-            result = operations.requeue_many(ids)
-            batches += 1
-            requeued += len(result.changed)
-            self._progress(f"requeued {requeued} job(s) in {batches} batch(es)")
-            if not result.changed:
-                break  # Every row moved on meanwhile; do not spin.
-        self._progress_done()
-        return {"requeued": requeued, "batches": batches}, f"{requeued} dead job(s) requeued."
-
-    def handle_cancel(self, options: dict[str, Any]) -> tuple[Any, str]:
+    def _ids(self, options: dict[str, Any], operation: str) -> list[uuid.UUID]:
+        """The ids given, with no bulk option beside them; each must exist."""
+        given = [option for name, option in BULK_OPTIONS.items() if options[name] is not None]
+        if given:
+            raise CommandError(f"{', '.join(given)} only apply with --all", returncode=1)
+        if not options["ids"]:
+            extra = ", --all or --all-dead" if operation == "requeue" else " or --all"
+            raise CommandError(f"Give job ids to {operation}{extra}", returncode=1)
         ids = parse_ids(options["ids"])
         self._existing(ids)
+        return ids
+
+    def _bulk(self, operation: str, options: dict[str, Any]) -> tuple[Any, str]:
+        """``--all`` (and ``--all-dead``): ``bulk.run`` over the filter, printing progress."""
+        if options["ids"]:
+            raise CommandError("Give job ids or --all, not both", returncode=1)
+        status = options["status"]
+        if options.get("all_dead"):
+            if options["all"]:
+                raise CommandError("Give --all or --all-dead, not both", returncode=1)
+            if status not in (None, JobStatus.DEAD):
+                raise CommandError(
+                    f"--all-dead requeues dead jobs; for {status} ones use --all --status {status}",
+                    returncode=1,
+                )
+        statuses = operations.REQUEUE_FROM if operation == "requeue" else operations.CANCEL_AT_ONCE
+        if status is not None and status not in statuses:
+            raise CommandError(
+                f"--status: {operation} --all applies to {' or '.join(statuses)} jobs, "
+                f"not {status!r}",
+                returncode=1,
+            )
+        after, before = (
+            None if options[name] is None else _parse_moment(options[name], BULK_OPTIONS[name])
+            for name in ("created_after", "created_before")
+        )
+        batch_size = bulk.DEFAULT_BATCH_SIZE
+        if options["batch_size"] is not None:
+            batch_size = parse_int(
+                options["batch_size"], "--batch-size", low=1, high=bulk.MAX_BATCH_SIZE
+            )
+        try:
+            job_filter = bulk.JobFilter(
+                status=status or statuses[0],
+                queue=options["queue"],
+                type=options["type"],
+                created_after=after,
+                created_before=before,
+                error_contains=options["error_contains"],
+            )
+        except bulk.InvalidFilter as exc:
+            raise CommandError(f"{BULK_OPTIONS[exc.field]}: {exc.message}", returncode=1) from None
+        progress = bulk.run(
+            operation,
+            job_filter,
+            batch_size=batch_size,
+            on_batch=lambda progress: self._progress(progress.describe()),
+        )
+        self._progress_done()
+        data = {
+            progress.verb: progress.changed,
+            "batches": progress.batches,
+            "matched": progress.matched,
+            "matched_is_estimate": progress.matched_is_estimate,
+            "filter": job_filter.as_dict(),
+        }
+        return data, f"{progress.changed} {job_filter.status} job(s) {progress.verb}."
+
+    def handle_cancel(self, options: dict[str, Any]) -> tuple[Any, str]:
+        if options["all"]:
+            return self._bulk("cancel", options)
+        ids = self._ids(options, "cancel")
         result = operations.cancel_many(ids)
         data, text = self._bulk_report("cancelled", result, "pending, waiting or running")
         # Running jobs: asked to stop; they end cancelled when their handler does.
