@@ -135,13 +135,19 @@ class AdminPages:
         return self.messages()
 
     def requeue(self, job: Job) -> list[str]:
-        """Requeue the dead job ``job`` from the admin, as an operator would; the messages.
+        """Requeue the dead job ``job`` from its own page, as an operator would; the messages.
 
-        Today that is the "Requeue" action of the "Dead jobs" list. When
-        the job page has its own Requeue button (branch ``ops-jobpage``),
-        this becomes: ``self.open_job(job)``, click the button (and confirm),
-        wait for the job page again and return its messages; the test that
-        calls it stays as it is.
+        The page's Requeue button opens a confirmation page; "Yes, I'm
+        sure" POSTs it and returns to the job's page with a message.
         """
-        self.open(DEAD_JOBS)
-        return self.run_action("requeue_jobs", [job.pk])
+        self.open_job(job)
+        button = self.wait_for(By.CSS_SELECTOR, "a.durable-jobs-requeue")
+        button.click()
+        confirm = self.wait_for(By.CSS_SELECTOR, "#content-main form [type=submit]")
+        self.assert_no_alert()
+        confirm.click()
+        WebDriverWait(self.driver, WAIT_SECONDS).until(EC.staleness_of(confirm))
+        self.wait_for_path(f"{JOBS}{job.pk}/change/")
+        self.wait_for(By.CSS_SELECTOR, "ul.messagelist")
+        self.assert_no_alert()
+        return self.messages()

@@ -107,7 +107,7 @@ def test_requeue_a_dead_job(
     admin_pages.open_job(dead)
     assert admin_pages.text(".field-status .readonly") == "dead"
 
-    assert admin_pages.requeue(dead) == ["1 job was requeued."]
+    assert admin_pages.requeue(dead) == [f"Job {dead.pk} was requeued: pending, runnable now."]
     screenshot("requeued")
     dead.refresh_from_db()
     assert (dead.status, dead.attempts) == (JobStatus.PENDING, 0)
