@@ -68,6 +68,13 @@ class EnqueueResult:
             self._pending = ()
         return self._job
 
+    def _job_id(self) -> uuid.UUID:
+        """The job's id, without building the ``Job`` of a new one."""
+        if self._job is None:
+            job_id: uuid.UUID = self._pending[1]
+            return job_id
+        return self._job.pk
+
     def __repr__(self) -> str:
         return f"EnqueueResult(job={self.job!r}, created={self.created})"
 
@@ -201,7 +208,7 @@ def insert_specs(
     with send.current():
         results = _insert_specs(alias, specs, names, ids, send.context_json)
         send.sent(
-            str(results[0].job.pk) if len(results) == 1 else None,
+            str(results[0]._job_id()) if len(results) == 1 else None,
             sum(result.created for result in results),
         )
         return results
