@@ -7,11 +7,17 @@ Run on demand, never in the test suite (machines here are shared and noisy):
 
 It migrates the database, inserts jobs of type ``benchmark.noop`` and
 deletes them afterwards. Results go in docs/benchmarks.md.
+
+``--under-span`` runs every enqueue under a current OpenTelemetry span
+(with the SDK's tracer provider, no exporter): each call then makes its
+``send`` span and stores its trace context, the cost of tracing. Without
+it, and without a current span, enqueue does no tracing work at all.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -72,13 +78,24 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=20_000, help="jobs per run (default: %(default)s)")
     parser.add_argument("--batch", type=int, default=5_000, help="enqueue_many batch size")
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement")
+    parser.add_argument(
+        "--under-span",
+        action="store_true",
+        help="enqueue under a current OpenTelemetry span (needs opentelemetry-sdk)",
+    )
     args = parser.parse_args()
+    spans = under_span() if args.under_span else contextlib.nullcontext()
 
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute("SELECT version()")
         print(cursor.fetchone()[0])
     print(f"N={args.n} batch={args.batch} repeat={args.repeat} (median, best)")
+    with spans:
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
     # Warm up: the connection, the plan caches, the table's pages.
     single(1_000)
     bulk(5_000, args.batch, keyed=True)
@@ -97,6 +114,16 @@ def main() -> None:
             print(f"{name:<40} {statistics.median(rates):>10,.0f} jobs/s  (best {max(rates):,.0f})")
     finally:
         Job.objects.filter(type=TYPE).delete()
+
+
+def under_span() -> contextlib.AbstractContextManager[object]:
+    """A current span from the SDK's tracer provider, whose spans go nowhere."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    trace.set_tracer_provider(TracerProvider())
+    print("under a current span (OpenTelemetry SDK, no exporter)")
+    return trace.get_tracer("benchmark").start_as_current_span("benchmark")
 
 
 if __name__ == "__main__":

@@ -241,6 +241,14 @@ SETTINGS: dict[str, Setting] = {
         "Whether the workers (and cancels) NOTIFY finished jobs for wait(); False: waiters "
         "poll only, and outcomes' commits skip PostgreSQL's cluster-wide notify lock.",
     ),
+    "TRACING": Setting(
+        True,
+        _bool,
+        "True or False",
+        "With opentelemetry-api installed: whether enqueue stores the current span's trace "
+        "context with each job and workers trace each attempt (docs/guides/monitoring.md); "
+        "without it, nothing happens either way.",
+    ),
     "API_MAX_BODY_BYTES": Setting(
         1_048_576,
         _positive_int,

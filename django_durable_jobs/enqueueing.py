@@ -7,6 +7,7 @@ index on ``idempotency_key`` decide between a new job and a replay.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections import Counter
@@ -16,7 +17,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import db, metrics
+from . import db, metrics, tracing
 from .exceptions import DurableJobsError, IdempotencyConflict, InvalidJob
 from .ids import new_job_id
 from .models import Job, JobDependency, JobStatus
@@ -66,6 +67,13 @@ class EnqueueResult:
             self._job = _job_from_spec(*self._pending)
             self._pending = ()
         return self._job
+
+    def _job_id(self) -> uuid.UUID:
+        """The job's id, without building the ``Job`` of a new one."""
+        if self._job is None:
+            job_id: uuid.UUID = self._pending[1]
+            return job_id
+        return self._job.pk
 
     def __repr__(self) -> str:
         return f"EnqueueResult(job={self.job!r}, created={self.created})"
@@ -190,10 +198,31 @@ def insert_specs(
     parents (``chain``, ``group``); only for specs without idempotency keys,
     since a skipped row would leave its children's edges pointing nowhere.
     """
-    results: list[EnqueueResult | None] = [None] * len(specs)
-    todo = list(range(len(specs)))
     if ids is not None and any(spec.idempotency_key is not None for spec in specs):
         raise ValueError("insert_specs: ids are for specs without idempotency keys")
+    # One constant's test when OpenTelemetry is not installed; with it, a
+    # look at the current span (none: nothing more).
+    send = tracing.start_send(specs) if tracing.AVAILABLE else None
+    if send is None:
+        return _insert_specs(alias, specs, names, ids, None)
+    with send.current():
+        results = _insert_specs(alias, specs, names, ids, send.context_json)
+        send.sent(
+            str(results[0]._job_id()) if len(results) == 1 else None,
+            sum(result.created for result in results),
+        )
+        return results
+
+
+def _insert_specs(
+    alias: str,
+    specs: Sequence[JobSpec],
+    names: Sequence[str] | None,
+    ids: Sequence[uuid.UUID] | None,
+    trace_context: str | None,
+) -> list[EnqueueResult]:
+    results: list[EnqueueResult | None] = [None] * len(specs)
+    todo = list(range(len(specs)))
     debug = logger.isEnabledFor(logging.DEBUG)
     with_parents = any(spec.parents for spec in specs)
     # One counter increment per (queue, type), not per job: enqueue_many
@@ -205,17 +234,19 @@ def insert_specs(
         batch = [specs[i] for i in todo]
         inserted: Mapping[uuid.UUID, tuple[Any, ...]]
         if with_parents:
-            inserted, missing = db.insert_jobs_with_parents(batch, ids, using=alias)
+            inserted, missing = db.insert_jobs_with_parents(
+                batch, ids, using=alias, trace_context=trace_context
+            )
             if missing:
                 raise _unknown_parents(specs, missing, names)
         else:
-            inserted = db.insert_jobs(batch, ids, using=alias)
+            inserted = db.insert_jobs(batch, ids, using=alias, trace_context=trace_context)
         replays = []
         for index, job_id in zip(todo, ids, strict=True):
             if job_id in inserted:
                 spec = specs[index]
                 results[index] = EnqueueResult(
-                    None, True, pending=(spec, job_id, *inserted[job_id], alias)
+                    None, True, pending=(spec, job_id, alias, trace_context, *inserted[job_id])
                 )
                 if new_per_label is not None:
                     new_per_label[spec.queue, spec.type] += 1
@@ -316,16 +347,17 @@ def _parents_of(alias: str, job_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, s
 def _job_from_spec(
     spec: JobSpec,
     job_id: uuid.UUID,
+    alias: str,
+    trace_context: str | None,
     available_at: datetime,
     created_at: datetime,
-    *rest: Any,
+    *state: Any,
 ) -> Job:
     """The ``Job`` just inserted, built without reading it back.
 
-    ``rest`` is the alias, after the status, ``waiting_on`` and
-    ``last_error`` of a job inserted with parents.
+    ``state`` is the status, ``waiting_on`` and ``last_error`` of a job
+    inserted with parents (none: pending).
     """
-    *state, alias = rest
     status, waiting_on, last_error = state or (JobStatus.PENDING, 0, "")
     # Positional arguments in field order: Model.__init__'s fast path, which
     # matters when enqueue_many builds tens of thousands of jobs.
@@ -357,6 +389,7 @@ def _job_from_spec(
         len(spec.parents),  # parent_count
         waiting_on,
         0,  # dependent_count
+        None if trace_context is None else json.loads(trace_context),
     )
     job._state.adding = False
     job._state.db = alias

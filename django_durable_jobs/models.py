@@ -208,6 +208,18 @@ class Job(models.Model):
         db_default=0,
         help_text=_("How many jobs were enqueued to wait for this one."),
     )
+    # OpenTelemetry (django_durable_jobs/tracing.py): the span that enqueued
+    # the job, as a W3C carrier, so the worker's span of its first attempt is
+    # that span's child (and later attempts link to it). NULL without
+    # OpenTelemetry or without a current span: no cost to the rows, since
+    # PostgreSQL stores a NULL in the row's null bitmap.
+    trace_context = models.JSONField(
+        _("trace context"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("W3C trace context (traceparent, tracestate) of the span that enqueued it."),
+    )
 
     objects = JobQuerySet.as_manager()
 

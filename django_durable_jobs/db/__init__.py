@@ -235,10 +235,15 @@ def notify_queue_state(using: str, queue: str) -> None:
 
 
 def insert_jobs(
-    specs: Sequence[JobSpec], ids: Sequence[uuid.UUID], *, using: str
+    specs: Sequence[JobSpec],
+    ids: Sequence[uuid.UUID],
+    *,
+    using: str,
+    trace_context: str | None = None,
 ) -> dict[uuid.UUID, tuple[datetime, datetime]]:
     """Insert ``specs`` with ``ids`` in one statement (one round trip).
 
+    ``trace_context`` (JSON, see ``tracing``) is stored with every row.
     Returns ``{id: (available_at, created_at)}`` for the rows inserted; a
     row missing from it was skipped because its idempotency key is taken.
     """
@@ -260,6 +265,7 @@ def insert_jobs(
                 "run_at": spec.run_at,
                 "timeout": spec.timeout,
                 "concurrency_key": spec.concurrency_key,
+                "trace_context": trace_context,
                 "channel": channel,
             },
         )
@@ -270,7 +276,7 @@ def insert_jobs(
     ((inserted, now),) = _run(
         using,
         "insert_jobs" if keyed else "insert_jobs_unkeyed",
-        {"jobs": document, "channel": channel},
+        {"jobs": document, "channel": channel, "trace_context": trace_context},
     )
     if keyed:
         inserted_ids = set(inserted or ())
@@ -310,7 +316,11 @@ class InsertedWithParents(NamedTuple):
 
 
 def insert_jobs_with_parents(
-    specs: Sequence[JobSpec], ids: Sequence[uuid.UUID], *, using: str
+    specs: Sequence[JobSpec],
+    ids: Sequence[uuid.UUID],
+    *,
+    using: str,
+    trace_context: str | None = None,
 ) -> InsertedWithParents:
     """Insert ``specs``, some with parents (``depends_on``), in one statement.
 
@@ -323,7 +333,11 @@ def insert_jobs_with_parents(
     ((inserted, statuses, waiting, errors, now, missing, _counted, _notified),) = run(
         using,
         "insert_jobs_with_parents",
-        {"jobs": document, "channel": jobs_settings.NOTIFY_CHANNEL},
+        {
+            "jobs": document,
+            "channel": jobs_settings.NOTIFY_CHANNEL,
+            "trace_context": trace_context,
+        },
     )
     by_id = {spec_id: spec for spec, spec_id in zip(specs, ids, strict=True)}
     rows = {}

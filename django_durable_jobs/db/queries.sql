@@ -7,14 +7,15 @@
 INSERT INTO durable_jobs_job (
     id, type, queue, payload, idempotency_key, status, priority, attempts,
     max_attempts, available_at, created_at, updated_at, last_error, errors, timeout,
-    concurrency_key
+    concurrency_key, trace_context
 )
 VALUES (
     %(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(key)s, 'pending', %(priority)s, 0,
     %(max_attempts)s,
     -- The database's clock, the one the claim compares with.
     COALESCE(%(run_at)s::timestamptz, now() + COALESCE(%(delay_us)s::bigint, 0) * interval '1 microsecond'),
-    now(), now(), '', '[]'::jsonb, %(timeout)s::float8, %(concurrency_key)s
+    now(), now(), '', '[]'::jsonb, %(timeout)s::float8, %(concurrency_key)s,
+    %(trace_context)s::jsonb
 )
 -- Waits for a concurrent insert of the same key to commit or roll back,
 -- so racing callers end with exactly one row.
@@ -48,13 +49,16 @@ inserted AS (
     INSERT INTO durable_jobs_job (
         id, type, queue, payload, idempotency_key, status, priority, attempts,
         max_attempts, available_at, created_at, updated_at, last_error, errors, timeout,
-        concurrency_key
+        concurrency_key, trace_context
     )
     SELECT
         id, type, queue, payload, idempotency_key, 'pending', priority, 0, max_attempts,
         -- The database's clock, the one the claim compares with.
         COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
-        now(), now(), '', '[]'::jsonb, timeout, concurrency_key
+        now(), now(), '', '[]'::jsonb, timeout, concurrency_key,
+        -- One trace context for the whole batch (one call, one current span):
+        -- a parameter of the statement, not a column of every row.
+        %(trace_context)s::jsonb
     FROM input
     -- Key order: concurrent batches sharing keys take them in the same
     -- order, so they wait for each other instead of deadlocking.
@@ -93,12 +97,12 @@ inserted AS (
     INSERT INTO durable_jobs_job (
         id, type, queue, payload, idempotency_key, status, priority, attempts,
         max_attempts, available_at, created_at, updated_at, last_error, errors, timeout,
-        concurrency_key
+        concurrency_key, trace_context
     )
     SELECT
         id, type, queue, payload, NULL, 'pending', priority, 0, max_attempts,
         COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
-        now(), now(), '', '[]'::jsonb, timeout, concurrency_key
+        now(), now(), '', '[]'::jsonb, timeout, concurrency_key, %(trace_context)s::jsonb
     FROM input
     RETURNING queue
 ),
@@ -175,7 +179,8 @@ inserted AS (
     INSERT INTO durable_jobs_job (
         id, type, queue, payload, idempotency_key, status, priority, attempts,
         max_attempts, available_at, created_at, updated_at, completed_at, last_error, errors,
-        timeout, concurrency_key, on_parent_failure, parent_count, waiting_on, dependent_count
+        timeout, concurrency_key, on_parent_failure, parent_count, waiting_on, dependent_count,
+        trace_context
     )
     SELECT
         id, type, queue, payload, idempotency_key,
@@ -188,7 +193,7 @@ inserted AS (
         COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
         now(), now(), CASE WHEN cancelled IS NOT NULL THEN now() END,
         COALESCE(cancelled, ''), '[]'::jsonb, timeout, concurrency_key,
-        on_parent_failure, parent_count, waiting_on, dependent_count
+        on_parent_failure, parent_count, waiting_on, dependent_count, %(trace_context)s::jsonb
     FROM planned
     WHERE NOT EXISTS (SELECT 1 FROM missing)
     ORDER BY idempotency_key
@@ -253,12 +258,12 @@ claimed AS (
         ))
     RETURNING job.id, job.type, job.queue, job.payload, job.attempts, job.max_attempts,
         job.lease_token, job.available_at, job.started_at, job.idempotency_key, job.timeout,
-        job.priority, job.created_at, job.dependent_count, job.parent_count
+        job.priority, job.created_at, job.dependent_count, job.parent_count, job.trace_context
 )
 -- An UPDATE returns its rows in join order, not the claim's: sorted again,
 -- so the worker starts a batch claimed ahead in claim order.
 SELECT id, type, queue, payload, attempts, max_attempts, lease_token, available_at,
-    started_at, idempotency_key, timeout, dependent_count, parent_count
+    started_at, idempotency_key, timeout, dependent_count, parent_count, trace_context
 FROM claimed
 ORDER BY priority DESC, available_at, created_at;
 

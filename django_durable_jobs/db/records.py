@@ -48,6 +48,8 @@ class ClaimedJob(NamedTuple):
     dependent_count: int = 0
     #: Parents it was enqueued with: 0 means ``ctx.parent_results`` needs no query.
     parent_count: int = 0
+    #: The W3C trace context stored at enqueue (``tracing``); None: none.
+    trace_context: dict[str, str] | None = None
 
 
 class Outcome(NamedTuple):

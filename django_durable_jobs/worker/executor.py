@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from django.db import close_old_connections
 
-from .. import hooks
+from .. import hooks, tracing
 from ..backoff import RetryPolicy
 from ..constants import MAX_DELAY_SECONDS
 from ..context import JobContext
@@ -25,7 +25,7 @@ from ..db.records import ClaimedJob, Outcome, Transition
 from ..exceptions import Discard, JobCancelled, JobTimeout, Retry
 from ..registry import Handler, registry
 from . import outcomes
-from .attempts import Attempt
+from .attempts import Attempt, State
 from .event_loop import EventLoop, run_once
 from .outcomes import Failure, describe, release
 
@@ -117,6 +117,32 @@ def execute(
         _cancel=None if attempt is None else attempt.cancel,
         _parent_count=job.parent_count,
     )
+    # One constant's test without OpenTelemetry (see tracing.py).
+    traced = tracing.start_attempt(job, worker_id) if tracing.AVAILABLE else None
+    run = (job, worker_id, policy, handler, ctx, attempt, event_loop, log_fields)
+    if traced is None:
+        return _run(*run, None)
+    try:
+        outcome = _run(*run, traced)
+    except BaseException as exc:
+        traced.end(*_span_ending_by_error(job, exc), error=exc)
+        raise
+    traced.end(*_span_ending(job, outcome, attempt))
+    return outcome
+
+
+def _run(
+    job: ClaimedJob,
+    worker_id: str,
+    policy: RetryPolicy,
+    handler: Handler,
+    ctx: JobContext,
+    attempt: Attempt | None,
+    event_loop: EventLoop | None,
+    log_fields: dict[str, object],
+    traced: tracing.AttemptSpan | None,
+) -> Outcome:
+    """The attempt, from its handler's call to the outcome (``execute``'s second half)."""
     started = time.perf_counter()
     # Handlers that use the ORM get this thread's own connection; drop it if
     # it is broken or past CONN_MAX_AGE, as Django does before a request.
@@ -124,7 +150,7 @@ def execute(
     close_old_connections()
     try:
         try:
-            value = _call(handler, ctx, attempt, event_loop)
+            value = _call(handler, ctx, attempt, event_loop, traced)
         except Exception as exc:
             # After a cancel of the job, whatever the handler raised (JobCancelled
             # from ctx.check(), or anything else) ends the attempt cancelled.
@@ -192,14 +218,36 @@ def execute(
 
 
 def _call(
-    handler: Handler, ctx: JobContext, attempt: Attempt | None, event_loop: EventLoop | None
+    handler: Handler,
+    ctx: JobContext,
+    attempt: Attempt | None,
+    event_loop: EventLoop | None,
+    traced: tracing.AttemptSpan | None = None,
 ) -> Any:
-    """The handler's return value: called here, or awaited on the event loop if it is async."""
+    """The handler's return value: called here, or awaited on the event loop if it is async.
+
+    With ``traced``, the attempt's span is current while the handler runs
+    (in its task, for an async one) and hears what it raised.
+    """
+    if traced is None:
+        return _call_handler(handler, handler.func, ctx, attempt, event_loop)
+    func = traced.bind(handler.func) if handler.is_async else handler.func
+    with traced.current():
+        return _call_handler(handler, func, ctx, attempt, event_loop)
+
+
+def _call_handler(
+    handler: Handler,
+    func: Any,
+    ctx: JobContext,
+    attempt: Attempt | None,
+    event_loop: EventLoop | None,
+) -> Any:
     if handler.is_async:
         if event_loop is None:
-            return run_once(handler.func, ctx, attempt)
-        return event_loop.run(handler.func, ctx, attempt)
-    value = handler.func(ctx)
+            return run_once(func, ctx, attempt)
+        return event_loop.run(func, ctx, attempt)
+    value = func(ctx)
     if inspect.iscoroutine(value):
         # Not awaited, the work would never be done and the job still count
         # as completed: a failed attempt that says why.
@@ -210,6 +258,61 @@ def _call(
             "so that the worker awaits it."
         )
     return value
+
+
+def _span_ending(
+    job: ClaimedJob, outcome: Outcome, attempt: Attempt | None
+) -> tuple[str, tuple[str, str] | None]:
+    """``(outcome, failure)`` for the attempt's span (``AttemptSpan.end``).
+
+    The executor's ``outcome``, unless the worker took the attempt from its
+    handler first (``_finished`` then drops that outcome): the span says
+    what the worker recorded instead.
+    """
+    state = None if attempt is None else attempt.state
+    if state is State.TIMED_OUT:
+        assert attempt is not None
+        if attempt.cancel_requested is not None:
+            return "cancelled", None
+        return (
+            "dead" if outcomes.exhausted(job) else "retry",
+            (_TIMEOUT_PATH, "the attempt ran past its time limit"),
+        )
+    if state is State.LEASE_LOST:
+        return "lease_lost", (_LEASE_LOST, "the worker lost the job's lease while it ran")
+    if state is State.RELEASED:
+        return "released", None
+    name = _SPAN_OUTCOMES[outcome.transition]
+    if outcome.transition in (Transition.RETRY, Transition.DEAD):
+        message = (outcome.last_error or "").partition("\n")[0]
+        return name, (message.partition(":")[0], message)
+    return name, None
+
+
+def _span_ending_by_error(
+    job: ClaimedJob, exc: BaseException
+) -> tuple[str, tuple[str, str] | None]:
+    """``(outcome, failure)`` for the span of an attempt ``execute`` raised out of."""
+    if isinstance(exc, StopWorker):
+        return "released", None  # the handler's KeyboardInterrupt or SystemExit
+    # An error of the worker's own: the loop records a failed attempt (internal_error).
+    kind = type(exc)
+    return (
+        "dead" if outcomes.exhausted(job) else "retry",
+        (f"{kind.__module__}.{kind.__qualname__}", str(exc)),
+    )
+
+
+_SPAN_OUTCOMES = {
+    Transition.COMPLETE: "completed",
+    Transition.RETRY: "retry",
+    Transition.DEAD: "dead",
+    Transition.CANCEL: "cancelled",
+    Transition.RELEASE: "released",
+}
+_TIMEOUT_PATH = f"{JobTimeout.__module__}.{JobTimeout.__qualname__}"
+#: ``error.type`` of an attempt whose lease was lost (no exception says it).
+_LEASE_LOST = "django_durable_jobs.lease_lost"
 
 
 def internal_error(job: ClaimedJob, worker_id: str, policy: RetryPolicy, exc: Exception) -> Outcome:

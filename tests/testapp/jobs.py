@@ -380,3 +380,40 @@ def parents(ctx: JobContext) -> dict[str, Any]:
 async def async_parents(ctx: JobContext) -> dict[str, Any]:
     """``ctx.parent_results`` from a coroutine (ids as text)."""
     return {str(parent): result for parent, result in ctx.parent_results.items()}
+
+
+# Traces (tests/integration/test_tracing.py): OpenTelemetry is imported in the
+# handler, not here, so that this module imports where it is not installed.
+
+
+def _current_span_ids() -> dict[str, str]:
+    from opentelemetry import trace
+
+    span_context = trace.get_current_span().get_span_context()
+    return {"trace_id": f"{span_context.trace_id:032x}", "span_id": f"{span_context.span_id:016x}"}
+
+
+@job("tests.traced")
+def traced(ctx: JobContext) -> dict[str, str]:
+    """Make a span of its own, ``handler work``; fail until ``payload["succeed_on"]``
+    (default 1); return the ids of the span current when it started."""
+    from opentelemetry import trace
+
+    seen = _current_span_ids()
+    with trace.get_tracer("tests").start_as_current_span("handler work"):
+        if ctx.attempt < int(ctx.payload.get("succeed_on", 1)):
+            raise ValueError(f"attempt {ctx.attempt} fails")
+    return seen
+
+
+@job("tests.atraced")
+async def atraced(ctx: JobContext) -> dict[str, str]:
+    """``tests.traced`` as an ``async def`` handler, its span across an await."""
+    from opentelemetry import trace
+
+    seen = _current_span_ids()
+    with trace.get_tracer("tests").start_as_current_span("handler work"):
+        await asyncio.sleep(0)
+        if ctx.attempt < int(ctx.payload.get("succeed_on", 1)):
+            raise ValueError(f"async attempt {ctx.attempt} fails")
+    return seen

@@ -105,3 +105,12 @@ def undecorated(a: int) -> int:
 
 
 renamed = task(undecorated)
+
+
+@task
+def traced() -> dict[str, str]:
+    """The ids of the OpenTelemetry span current while the task runs (test_tracing.py)."""
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
