@@ -39,8 +39,9 @@ def test_indexes_exist_with_their_definitions() -> None:
     assert indexes[IDEMPOTENCY_CONSTRAINT].startswith("CREATE UNIQUE INDEX")
     assert "idempotency_key IS NOT NULL" in indexes[IDEMPOTENCY_CONSTRAINT]
     assert "(queue, status, created_at DESC)" in indexes[QUEUE_HELD_INDEX]
-    assert "ARRAY['waiting'::character varying, 'dead'::character varying]" in (
-        indexes[QUEUE_HELD_INDEX]
+    assert (
+        "ARRAY['waiting'::character varying, 'dead'::character varying]"
+        in (indexes[QUEUE_HELD_INDEX])
     )
 
 
