@@ -81,7 +81,6 @@ class QueueStateAdmin(QueueModelAdmin):
     readonly_fields = ("name", "paused_at", "paused_until", "updated_at")
     fields = readonly_fields
     actions = ("pause_queues", "pause_queues_briefly", "resume_queues")
-    sortable_by = ()
 
     def _user_can(self, request: HttpRequest, action: str) -> bool:
         return any(

@@ -35,7 +35,6 @@ class WorkerProcessAdmin(WorkerModelAdmin):
     search_fields = ("id", "host")
     readonly_fields = ("id", "host", "pid", "queues", "concurrency", "slots_in_use", "version",
                        "lease_seconds", "started_at", "last_heartbeat")  # fmt: skip
-    sortable_by = ()
 
     @admin.display(description=_("queues"))
     def queue_list(self, obj: WorkerProcess) -> str:
