@@ -59,6 +59,12 @@ CREATED_INDEX = "durable_jobs_created_idx"
 TYPE_INDEX = "durable_jobs_type_idx"
 QUEUE_INDEX = "durable_jobs_queue_idx"
 FINISHED_INDEX = "durable_jobs_finished_idx"
+#: Waiting and dead jobs per queue (the admin's Queues page counts them).
+QUEUE_HELD_INDEX = "durable_jobs_queue_held_idx"
+#: Extended statistics (most common values of queue and status together), so
+#: the planner estimates a queue's count in one status well: the Queues page
+#: shows that estimate beyond its exact counts.
+QUEUE_STATUS_STATISTICS = "durable_jobs_queue_status_stats"
 IDEMPOTENCY_CONSTRAINT = "durable_jobs_idempotency_key_uniq"
 DEPENDENCY_UNIQUE = "durable_jobs_dep_uniq"
 DEPENDENCY_PARENT_INDEX = "durable_jobs_dep_parent_idx"

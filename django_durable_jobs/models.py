@@ -33,6 +33,7 @@ from .constants import (
     KEY_RUNNING_INDEX,
     LEASE_HOLDER_MAX_LENGTH,
     LEASE_INDEX,
+    QUEUE_HELD_INDEX,
     QUEUE_INDEX,
     QUEUE_MAX_LENGTH,
     STATUS_INDEX,
@@ -277,6 +278,15 @@ class Job(models.Model):
                 name=KEY_RUNNING_INDEX,
                 condition=Q(status="running", concurrency_key__isnull=False),
             ),
+            # Serves the admin's Queues page (waiting and dead jobs per queue,
+            # counted up to a cap) and the job list filtered by queue and
+            # one of these statuses. Partial: a job pays for it only when it
+            # enters waiting or dead, never on the claim or the completion.
+            models.Index(
+                fields=["queue", "status", "-created_at"],
+                name=QUEUE_HELD_INDEX,
+                condition=Q(status__in=["waiting", "dead"]),
+            ),
             # The keyed claim's first read: pending jobs with a key, in claim
             # order, without reading past the jobs without one (a backlog of
             # those ahead would make every keyed claim read all of it).
@@ -452,6 +462,22 @@ class WorkerProcess(models.Model):
     lease_seconds = models.FloatField(_("lease seconds"))
     started_at = models.DateTimeField(_("started at"))
     last_heartbeat = models.DateTimeField(_("last heartbeat"), db_index=True)
+    # Written with each heartbeat. Database defaults: a worker of an older
+    # release, whose upsert does not name these columns, still inserts.
+    slots_in_use = models.PositiveIntegerField(
+        _("slots in use"),
+        default=0,
+        db_default=0,
+        help_text=_("Slots running or holding a claimed job at the last heartbeat."),
+    )
+    version = models.CharField(
+        _("version"),
+        max_length=64,
+        default="",
+        db_default="",
+        blank=True,
+        help_text=_("The django-durable-jobs version the worker runs."),
+    )
 
     objects = WorkerProcessQuerySet.as_manager()
 
@@ -496,6 +522,43 @@ class ScheduleState(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class QueueMinuteStats(models.Model):
+    """How many attempts of one queue ended, and how, in one minute: the Queues page's chart.
+
+    The workers count the outcomes they record in memory and add them here
+    every heartbeat, one upsert per worker for all its queues and minutes
+    (``INSERT ... ON CONFLICT DO UPDATE SET completed = completed +
+    EXCLUDED.completed``), never a write per job. Rows older than
+    ``QUEUE_STATS_KEEP`` are deleted by the workers' maintenance. The chart
+    reads this small table, not the job table.
+    """
+
+    pk = models.CompositePrimaryKey("queue", "minute")
+    queue = models.CharField(_("queue"), max_length=QUEUE_MAX_LENGTH)
+    #: The minute's start (UTC, by the clock of the worker that recorded the outcomes).
+    minute = models.DateTimeField(_("minute"))
+    completed = models.PositiveIntegerField(
+        _("completed"), default=0, help_text=_("Attempts that completed their job.")
+    )
+    failed = models.PositiveIntegerField(
+        _("failed"),
+        default=0,
+        help_text=_("Failed attempts: retried, or dead (no attempt left, or Discard)."),
+    )
+    dead = models.PositiveIntegerField(
+        _("dead"), default=0, help_text=_("Of the failed attempts, those that made their job dead.")
+    )
+
+    class Meta:
+        db_table = "durable_jobs_queue_stats"
+        ordering = ["queue", "minute"]
+        verbose_name = _("queue minute")
+        verbose_name_plural = _("queue minutes")
+
+    def __str__(self) -> str:
+        return f"{self.queue} {self.minute:%Y-%m-%d %H:%M}"
 
 
 class QueueThrottle(models.Model):

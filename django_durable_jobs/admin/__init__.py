@@ -1,9 +1,10 @@
 """The operators' admin: find out why jobs died, requeue, cancel, run now.
 
 Two entries: "Jobs" (the whole table) and "Dead jobs" (the dead-letter
-queue, a proxy model); then "Queues" (pause and resume), "Workers" and
-"Schedules". Both are built to stay fast on a table of millions
-of rows:
+queue, a proxy model); then "Queues" (each queue's counts, oldest pending
+job and last hour, pause and resume), "Workers" and "Schedules". All are
+built to stay fast on a table of millions of rows (the Queues page by its
+own means: ``queue_overview.py``); the job lists so:
 
 - no ``COUNT(*)`` over the table: the paginator counts exactly up to
   10,000 rows and asks the planner for an estimate beyond that;

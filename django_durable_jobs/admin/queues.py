@@ -1,44 +1,82 @@
-"""Queues: paused state, limits, what they hold back; pause and resume."""
+"""Queues: what each holds, its last hour, its limits and paused state; pause and resume."""
 
 from __future__ import annotations
 
 import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
 from .. import db, pausing
-from ..conf import jobs_settings
-from ..flow import describe_limits, parse_queues, queue_limits
+from ..exceptions import InvalidPause
+from ..flow import describe_limits, queue_limits
 from ..held_back import describe_held_back, held_back
 from ..models import Job, QueueState
+from ..queue_overview import EXACT_COUNT_CAP, known_queues, queue_overview
 from .bases import QueueModelAdmin
+from .charts import throughput_svg
+from .humanize import describe_age
 
 #: Where QueueStateAdmin keeps a request's held-back counts (see get_list_display).
 _HELD_BACK_ATTRIBUTE = "_durable_jobs_held_back"
+#: Where QueueChangeList keeps the overview of the queues of the page it shows.
+_OVERVIEW_ATTRIBUTE = "_durable_jobs_queue_overview"
 #: "Pause for 15 minutes": the admin's one pause with an end time.
 ADMIN_PAUSE_FOR = datetime.timedelta(minutes=15)
+#: The counts shown, each linking to the job list filtered to it, with their headers.
+COUNTED_STATUSES = {
+    "pending": _("pending"),
+    "running": _("running"),
+    "waiting": _("waiting"),
+    "dead": _("dead"),
+}
+CONFIRM_TEMPLATE = "admin/durable_jobs/queuestate/confirm_queue_change.html"
+
+
+class QueueChangeList(ChangeList):
+    """The changelist, which reads the overview of the queues on its page once."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        names = [row.name for row in self.result_list]
+        setattr(request, _OVERVIEW_ATTRIBUTE, queue_overview(names, using=self.queryset.db))
+
+
+def jobs_url(queue: str, status: str) -> str:
+    """The job list filtered to ``queue`` and ``status`` (its queue and status filters)."""
+    query = urlencode({"queue": queue, "status__exact": status})
+    return f"{reverse('admin:durable_jobs_job_changelist')}?{query}"
 
 
 @admin.register(QueueState)
 class QueueStateAdmin(QueueModelAdmin):
-    """The queues, with their paused state, limits and what these hold back now; actions
-    pause and resume them.
+    """The queues: what each holds (pending, running, waiting, dead), its oldest pending
+    job, its last hour, its limits and what these hold back now, its paused state; pause
+    and resume, per row or as actions on the selected rows.
 
     A queue gets a row here once it is declared in ``QUEUES``, holds
-    pending, running or dead jobs, or was paused: opening the list adds the
-    missing rows (for users who may pause, the only ones who need them).
+    pending, running, waiting or dead jobs, had outcomes within the last
+    hour, or was paused: opening the list adds the missing rows.
     Permissions are the job actions': ``view_job`` shows the list,
-    ``change_job`` adds the actions (or the same on this model). No field
-    is editable: the actions call ``pausing.py``, which tells the workers.
+    ``change_job`` adds the controls (or the same on this model). No field
+    is editable: the controls call ``pausing.py``, which tells the workers.
     """
 
-    list_display = ("name", "paused", "paused_until", "paused_at", "limits", "updated_at")
+    list_display = ("name", "paused", "limits", "paused_until")
+    list_display_links = ("name",)
     search_fields = ("=name",)
     readonly_fields = ("name", "paused_at", "paused_until", "updated_at")
     fields = readonly_fields
@@ -66,38 +104,97 @@ class QueueStateAdmin(QueueModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[QueueState]:
         return super().get_queryset(request).with_paused()  # type: ignore[attr-defined,no-any-return]
 
-    def get_list_display(self, request: HttpRequest) -> Any:
-        """The columns, and "held back": what flow control holds back in each queue now.
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return QueueChangeList
 
-        Counted once per page (a few small queries, ``held_back.py``), not
-        per row: a column method sees only its row, so it reads the counts
-        of this request from a closure.
+    # -- the list -------------------------------------------------------------
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        """The columns: the counts, the oldest pending job, the last hour, "held back" and,
+        for users who may pause, the controls.
+
+        Each is a closure over this request: a column method sees only its
+        row, and the overview (``QueueChangeList``) and the held-back
+        counts (``held_back.py``) are read once per page, not per row.
         """
         held = getattr(request, _HELD_BACK_ATTRIBUTE, None)
         if held is None:
             held = held_back(db.database_alias())
             setattr(request, _HELD_BACK_ATTRIBUTE, held)
 
+        def overview_of(obj: QueueState) -> Any:
+            return getattr(request, _OVERVIEW_ATTRIBUTE, {}).get(obj.name)
+
+        def count_column(status: str) -> Any:
+            @admin.display(description=COUNTED_STATUSES[status])
+            def column(obj: QueueState) -> SafeString | str:
+                overview = overview_of(obj)
+                if overview is None:
+                    return "-"
+                count = overview.count(status)
+                title = (
+                    gettext("PostgreSQL's estimate: more than %(cap)s jobs")
+                    % {"cap": f"{EXACT_COUNT_CAP:,}"}
+                    if count.estimated
+                    else ""
+                )
+                return format_html(
+                    '<a href="{}" title="{}">{}</a>', jobs_url(obj.name, status), title, str(count)
+                )
+
+            column.__name__ = f"{status}_jobs"
+            return column
+
+        @admin.display(description=_("oldest pending"))
+        def oldest_pending(obj: QueueState) -> str:
+            overview = overview_of(obj)
+            return describe_age(None if overview is None else overview.oldest_pending)
+
+        @admin.display(description=_("last hour"))
+        def last_hour(obj: QueueState) -> SafeString | str:
+            overview = overview_of(obj)
+            if overview is None:
+                return "-"
+            return format_html(
+                '{}<br><span class="help">{}</span>',
+                throughput_svg(overview.minutes),
+                gettext("%(completed)s done, %(failed)s failed")
+                % {
+                    "completed": f"{overview.completed_last_hour:,}",
+                    "failed": f"{overview.failed_last_hour:,}",
+                },
+            )
+
         @admin.display(description=_("held back"))
         def held_back_now(obj: QueueState) -> str:
             return describe_held_back(held.get(obj.name, {})) or "-"
 
-        after = self.list_display.index("limits") + 1
-        return (*self.list_display[:after], held_back_now, *self.list_display[after:])
+        columns: list[Any] = [
+            "name",
+            "paused",
+            *(count_column(status) for status in COUNTED_STATUSES),
+            oldest_pending,
+            last_hour,
+            "limits",
+            held_back_now,
+            "paused_until",
+        ]
+        if self.has_change_permission(request):
+            columns.append(self.controls)
+        return tuple(columns)
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
-        if request.method == "GET" and self.has_change_permission(request):
+        if request.method == "GET" and self.has_view_permission(request):
             self._add_known_queues()
+        extra_context = {"title": _("Queues"), **(extra_context or {})}
         return super().changelist_view(request, extra_context)
 
     @staticmethod
     def _add_known_queues() -> None:
         alias = db.database_alias()
-        names = {queue for queue, *_ in db.queue_depth(alias)} | set(
-            parse_queues(jobs_settings.QUEUES)
-        )
         QueueState.objects.using(alias).bulk_create(
-            [QueueState(name=name) for name in sorted(names)], ignore_conflicts=True
+            [QueueState(name=name) for name in sorted(known_queues(alias))],
+            ignore_conflicts=True,
         )
 
     @admin.display(description=_("paused"), boolean=True)
@@ -108,6 +205,92 @@ class QueueStateAdmin(QueueModelAdmin):
     def limits(self, obj: QueueState) -> str:
         limits = queue_limits().get(obj.name)
         return describe_limits(None if limits is None else limits.as_dict()) or "-"
+
+    @admin.display(description=_("pause or resume"))
+    def controls(self, obj: QueueState) -> SafeString:
+        """A link to the confirmation page of the change this row's state allows."""
+        if obj.is_paused:  # type: ignore[attr-defined]
+            verb, label = "resume", _("Resume…")
+        else:
+            verb, label = "pause", _("Pause…")
+        url = reverse(f"admin:durable_jobs_queuestate_{verb}", args=[quote(obj.name)])
+        return format_html('<a class="button" href="{}">{}</a>', url, label)
+
+    # -- pause and resume, one queue: a confirmation page, then a POST --------
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        own = [
+            path(
+                f"<path:object_id>/{verb}/",
+                self.admin_site.admin_view(getattr(self, f"{verb}_view")),
+                name="{}_{}_{}".format(*info, verb),
+            )
+            for verb in ("pause", "resume")
+        ]
+        # Before the admin's own: its "<path:object_id>/" would take these.
+        return own + super().get_urls()
+
+    def pause_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Confirm (GET), then pause the queue (POST): until resumed, or for 15 minutes."""
+        return self._change_view(request, object_id, "pause")
+
+    def resume_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Confirm (GET), then resume the queue (POST)."""
+        return self._change_view(request, object_id, "resume")
+
+    def _change_view(self, request: HttpRequest, object_id: str, verb: str) -> HttpResponse:
+        # The admin's view wrapper checked the login and the CSRF token of a POST.
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        state = self.get_object(request, unquote(object_id))
+        if state is None:
+            raise Http404(
+                gettext("No queue %(name)r has a row here.") % {"name": unquote(object_id)}
+            )
+        changelist = reverse("admin:durable_jobs_queuestate_changelist")
+        if request.method == "POST":
+            try:
+                self._apply(request, state, verb)
+            except InvalidPause as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(changelist)
+        overview = queue_overview([state.name], using=db.database_alias()).get(state.name)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": (
+                gettext("Pause queue “%(name)s”?")
+                if verb == "pause"
+                else gettext("Resume queue “%(name)s”?")
+            )
+            % {"name": state.name},
+            "opts": self.opts,
+            "queue": state,
+            "verb": verb,
+            "overview": overview,
+            "pause_for_minutes": int(ADMIN_PAUSE_FOR.total_seconds() // 60),
+            "changelist_url": changelist,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, CONFIRM_TEMPLATE, context)
+
+    def _apply(self, request: HttpRequest, state: QueueState, verb: str) -> None:
+        alias = db.database_alias()
+        if verb == "resume":
+            pausing.resume_queue(state.name, using=alias)
+            message = gettext("Queue “%(name)s” was resumed.")
+        elif "_pause_briefly" in request.POST:
+            pausing.pause_queue(state.name, ADMIN_PAUSE_FOR, using=alias)
+            message = gettext("Queue “%(name)s” was paused for %(minutes)d minutes.")
+        else:
+            pausing.pause_queue(state.name, None, using=alias)
+            message = gettext("Queue “%(name)s” was paused until resumed.")
+        minutes = int(ADMIN_PAUSE_FOR.total_seconds() // 60)
+        self.message_user(
+            request, message % {"name": state.name, "minutes": minutes}, messages.SUCCESS
+        )
+
+    # -- actions on the selected rows ------------------------------------------
 
     def _pause(self, request: HttpRequest, queryset: QuerySet[Any], until: Any) -> None:
         names = list(queryset.values_list("name", flat=True))

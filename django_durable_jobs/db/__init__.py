@@ -47,7 +47,14 @@ from ..constants import (
     QUEUE_STATE_NOTIFY_PREFIX,
 )
 from .queries import QUERIES
-from .records import ClaimedJob, ExpiredLease, Outcome, Transition
+from .records import (
+    ClaimedJob,
+    ExpiredLease,
+    Outcome,
+    QueueCounts,
+    QueueMinuteCounts,
+    Transition,
+)
 
 if TYPE_CHECKING:
     from ..flow import QueueLimits
@@ -61,7 +68,11 @@ __all__ = [
     "LimitedClaim",
     "Outcome",
     "PruneResult",
+    "QueueCounts",
+    "QueueMinuteCounts",
     "Transition",
+    "active_queues",
+    "add_queue_stats",
     "cancel_requests",
     "claim",
     "claim_keyed",
@@ -83,7 +94,9 @@ __all__ = [
     "notify_queue_state",
     "paused_queues",
     "prune_batch",
+    "prune_queue_stats",
     "queue_depth",
+    "queue_overview",
     "rate_window_starts",
     "reap",
     "record_outcomes",
@@ -956,4 +969,61 @@ def queue_depth(using: str) -> list[tuple[str, str, int, float | None]]:
     return [
         (queue, status, int(count), None if age is None else max(float(age), 0.0))
         for queue, status, count, age in _run_through_django(using, "queue_depth", {})
+    ]
+
+
+# -- the admin's Queues page, and the per-minute counts it charts ------------
+
+
+def add_queue_stats(using: str, counts: Sequence[QueueMinuteCounts]) -> None:
+    """Add ``counts`` to the per-minute rows of their queues, in one statement."""
+    if not counts:
+        return
+    _run(
+        using,
+        "add_queue_stats",
+        {
+            "queues": [row.queue for row in counts],
+            "minutes": [row.minute for row in counts],
+            "completed": [row.completed for row in counts],
+            "failed": [row.failed for row in counts],
+            "dead": [row.dead for row in counts],
+        },
+    )
+
+
+def prune_queue_stats(using: str, older_than: timedelta) -> int:
+    """Delete the per-minute counts older than ``older_than``; how many rows."""
+    ((deleted,),) = _run(
+        using, "prune_queue_stats", {"older_than_seconds": older_than.total_seconds()}
+    )
+    return int(deleted)
+
+
+def active_queues(using: str, since: datetime) -> set[str]:
+    """Queues with unfinished or dead jobs, or with outcomes counted since ``since``."""
+    return {row[0] for row in _run_through_django(using, "active_queues", {"since": since})}
+
+
+def queue_overview(
+    using: str, queues: Sequence[str], *, cap: int, max_priorities: int
+) -> list[QueueCounts]:
+    """Counts (pending, waiting and dead up to ``cap``) and oldest age of each of ``queues``."""
+    if not queues:
+        return []
+    rows = _run_through_django(
+        using,
+        "queue_overview",
+        {"queues": list(queues), "cap": cap, "max_priorities": max_priorities},
+    )
+    return [
+        QueueCounts(
+            queue,
+            int(pending),
+            int(waiting),
+            int(dead),
+            int(running),
+            None if age is None else max(float(age), 0.0),
+        )
+        for queue, pending, waiting, dead, running, age in rows
     ]

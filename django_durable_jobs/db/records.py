@@ -69,6 +69,9 @@ class Outcome(NamedTuple):
     #: children. 0 is always safe: a job that has dependents after all is
     #: refused by the one-statement write, then written that way.
     dependent_count: int = 0
+    #: Not written: the job's queue, for the per-minute counts the worker
+    #: keeps (``worker/throughput.py``); empty for an outcome built without it.
+    queue: str = ""
 
 
 class ExpiredLease(NamedTuple):
@@ -87,3 +90,27 @@ class ExpiredLease(NamedTuple):
     cancel_requested: bool = False
     #: Read under the reaper's row lock, so current until its transaction ends.
     dependent_count: int = 0
+
+
+class QueueCounts(NamedTuple):
+    """One queue's row of ``queue_overview`` (the admin's Queues page)."""
+
+    queue: str
+    #: Counted up to the overview's cap: a count equal to the cap means "at least".
+    pending: int
+    waiting: int
+    dead: int
+    #: Counted in full (at most the workers' slots).
+    running: int
+    #: Seconds the oldest runnable pending job has waited; None: none is runnable.
+    oldest_pending_seconds: float | None
+
+
+class QueueMinuteCounts(NamedTuple):
+    """Outcomes of one queue in one minute, as a worker adds them (``add_queue_stats``)."""
+
+    queue: str
+    minute: datetime
+    completed: int
+    failed: int
+    dead: int

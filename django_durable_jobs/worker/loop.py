@@ -63,6 +63,7 @@ from .pool import (
 from .presence import Presence
 from .scheduler import Scheduler
 from .slots import check_queue_name
+from .throughput import OutcomeCounts
 from .watchdog import Watchdog
 
 logger = logging.getLogger("django_durable_jobs.worker")
@@ -229,7 +230,10 @@ class Worker:
             max_slots=config.max_slots,
             lease_seconds=config.lease_seconds,
             current_slots=self._current_slots,
+            busy_slots=self._busy_slots,
         )
+        #: Outcomes written, per queue and minute, for the admin's Queues chart.
+        self.throughput = OutcomeCounts()
         self.completer = Completer(config.alias, self._history_limit, self._written)
         # Started by the first async handler; never, if there is none.
         self.event_loop = EventLoop()
@@ -254,6 +258,7 @@ class Worker:
             clock=clock,
             untold=self.attempts.untold,
             on_cancel=self._cancels_requested,
+            counts=self.throughput,
         )
         # The claim leaves these out; read before a claim when stale.
         self.paused = PausedQueues(
@@ -666,6 +671,11 @@ class Worker:
         with self._lock:
             return total_size(self._groups)
 
+    def _busy_slots(self) -> int:
+        """Slots with a job, claimed or running (claimed-ahead jobs take no slot of their own)."""
+        with self._lock:
+            return sum(min(group.running, group.size) for group in self._groups)
+
     @property
     def slots(self) -> int:
         """Handler threads running now (not counting ones told to stop), all groups together."""
@@ -801,6 +811,7 @@ class Worker:
     def _written(self, outcomes: list[Outcome], written: set[uuid.UUID]) -> None:
         """Completer: ``outcomes`` were written (the ``written`` ids) or given up on."""
         self.attempts.written(outcomes)
+        self.throughput.add(outcomes, written)
         retry_delays = [
             o.delay_us
             for o in outcomes

@@ -15,7 +15,11 @@ asks the database every ``CANCEL_POLL_SECONDS`` which of them have one (a
 read by primary key, no write). Pruning:
 when ``RETENTION`` is set, about once a minute one worker (another advisory
 lock) deletes finished jobs past their retention, a few small batches per
-round so that it never hogs the database.
+round so that it never hogs the database. Throughput: with each heartbeat
+the worker adds the outcomes it recorded since the last one to the
+per-minute counts of the admin's Queues chart (``throughput.py``, one
+statement), and about once a minute deletes the counts older than
+``QUEUE_STATS_KEEP`` (one small statement, whatever ``RETENTION`` says).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from ..backoff import RetryPolicy
 from ..conf import jobs_settings
 from ..db.records import ExpiredLease, Outcome, Transition
 from . import outcomes
+from .throughput import QUEUE_STATS_KEEP, OutcomeCounts
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -107,8 +112,11 @@ class Maintenance:
         clock: Callable[[], float] = time.monotonic,
         untold: Callable[[], Mapping[uuid.UUID, uuid.UUID]] | None = None,
         on_cancel: Callable[[set[uuid.UUID]], None] | None = None,
+        counts: OutcomeCounts | None = None,
     ) -> None:
         self._alias = alias
+        #: The worker's per-minute outcome counts, added to the table each heartbeat.
+        self.counts = counts
         self._untold = untold
         self._on_cancel = on_cancel
         self.cancel_poll_interval = CANCEL_POLL_SECONDS
@@ -140,18 +148,22 @@ class Maintenance:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5.0)
+        # The last outcomes (the completer has written them by now) are counted too.
+        self._guarded(self.flush_counts)
 
     def _run(self) -> None:
         # The first heartbeat at once: the worker shows up as alive from the start.
         next_heartbeat = self._clock()
         next_reap = self._clock() + random.uniform(0, self.reap_interval)
         next_prune = self._clock() + random.uniform(0, self.prune_interval)
+        next_stats_prune = self._clock() + random.uniform(0, self.prune_interval)
         next_cancel_poll = self._clock() + self.cancel_poll_interval
         try:
             while not self._stop.is_set():
                 now = self._clock()
                 if now >= next_heartbeat:
                     self._guarded(self.heartbeat)
+                    self._guarded(self.flush_counts)
                     next_heartbeat = now + self.heartbeat_interval
                 if now >= next_cancel_poll:
                     self._guarded(self.poll_cancels)
@@ -162,7 +174,12 @@ class Maintenance:
                 if self.retention and now >= next_prune:
                     self._guarded(self.prune)
                     next_prune = now + self.prune_interval * random.uniform(0.75, 1.25)
+                if self.counts is not None and now >= next_stats_prune:
+                    self._guarded(self.prune_counts)
+                    next_stats_prune = now + self.prune_interval * random.uniform(0.75, 1.25)
                 wake = min(next_heartbeat, next_reap)
+                if self.counts is not None:
+                    wake = min(wake, next_stats_prune)
                 if self._untold is not None:
                     wake = min(wake, next_cancel_poll)
                 if self.retention:
@@ -188,6 +205,17 @@ class Maintenance:
         if self._on_heartbeat is not None:
             self._on_heartbeat()
             self.last_heartbeat_ok = self._clock()
+
+    def flush_counts(self) -> int:
+        """Add the outcomes counted since the last flush to the per-minute table (one
+        statement, none when nothing was counted); how many (queue, minute) rows."""
+        if self.counts is None:
+            return 0
+        return self.counts.flush(self._alias)
+
+    def prune_counts(self) -> int:
+        """Delete the per-minute counts older than ``QUEUE_STATS_KEEP``; how many rows."""
+        return db.prune_queue_stats(self._alias, QUEUE_STATS_KEEP)
 
     def _extend_leases(self) -> bool:
         """Push back the held jobs' leases; False when none is held (no query)."""
@@ -235,6 +263,11 @@ class Maintenance:
                 },
             )  # fmt: skip
         metrics.record_reaped(len(reaped_jobs))
+        if self.counts is not None and reaped_jobs:
+            # A reaped attempt failed (or, cancelled, counts as neither).
+            self.counts.add(
+                [outcome for _, outcome in reaped_jobs], {lease.id for lease, _ in reaped_jobs}
+            )
         # Jobs that ended dead without their handler saying so (Django tasks
         # listen), and the waiting jobs their end cancelled.
         hooks.jobs_finished(

@@ -51,6 +51,8 @@ class AttemptOf(Protocol):
     @property
     def id(self) -> uuid.UUID: ...
     @property
+    def queue(self) -> str: ...
+    @property
     def lease_token(self) -> uuid.UUID: ...
     @property
     def attempt(self) -> int: ...
@@ -110,6 +112,7 @@ def complete(job: AttemptOf, result_json: str) -> Outcome:
         Transition.COMPLETE,
         result_json=result_json,
         dependent_count=job.dependent_count,
+        queue=job.queue,
     )
 
 
@@ -123,6 +126,7 @@ def dead(job: AttemptOf, worker_id: str, failure: Failure, *, announce: bool = F
         error_entry_json=_error_entry(job, worker_id, failure),
         announce=announce,
         dependent_count=job.dependent_count,
+        queue=job.queue,
     )
 
 
@@ -144,6 +148,7 @@ def retry(
         last_error=_last_error(failure),
         error_entry_json=_error_entry(job, worker_id, failure),
         dependent_count=job.dependent_count,
+        queue=job.queue,
     )
 
 
@@ -180,6 +185,7 @@ def cancel(job: AttemptOf, worker_id: str, failure: Failure, *, announce: bool =
         error_entry_json=_error_entry(job, worker_id, failure),
         announce=announce,
         dependent_count=job.dependent_count,
+        queue=job.queue,
     )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from django.db import DatabaseError
 
-from .. import db
+from .. import __version__, db
 
 #: Rows of workers killed without a graceful stop are deleted by the next
 #: heartbeat of any worker once this old (kept a while for the admin).
@@ -23,7 +23,8 @@ FORGET_AFTER_SECONDS = 86_400.0
 
 class Presence:
     """``concurrency`` in the row is the worker's current number of slots
-    (``current_slots()`` at each heartbeat), which an elastic pool changes."""
+    (``current_slots()`` at each heartbeat), which an elastic pool changes;
+    ``slots_in_use`` is ``busy_slots()`` then (the admin's Workers page)."""
 
     def __init__(
         self,
@@ -34,9 +35,11 @@ class Presence:
         max_slots: int,
         lease_seconds: float,
         current_slots: Callable[[], int],
+        busy_slots: Callable[[], int] = lambda: 0,
     ) -> None:
         self._alias = alias
         self._current_slots = current_slots
+        self._busy_slots = busy_slots
         self._params = {
             "id": worker_id,
             "host": socket.gethostname()[:255],
@@ -44,6 +47,7 @@ class Presence:
             "queues": sorted(queues) if queues else [],
             "concurrency": max_slots,
             "lease": float(lease_seconds),
+            "version": __version__,
         }
 
     def beat(self) -> None:
@@ -52,6 +56,7 @@ class Presence:
         params = {
             **self._params,
             "concurrency": self._current_slots() or self._params["concurrency"],
+            "slots_in_use": self._busy_slots(),
         }
         db.upsert_worker(self._alias, params, forget_after_seconds=FORGET_AFTER_SECONDS)
 

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 from django.db import connection
-from django.test import override_settings
+from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from django_durable_jobs.constants import (
     CLAIM_INDEX,
@@ -20,11 +21,14 @@ from django_durable_jobs.constants import (
     KEY_PENDING_INDEX,
     KEY_RUNNING_INDEX,
     LEASE_INDEX,
+    QUEUE_HELD_INDEX,
     QUEUE_INDEX,
     STATUS_INDEX,
 )
 from django_durable_jobs.held_back import held_back
+from django_durable_jobs.models import QueueMinuteStats
 from django_durable_jobs.pausing import pause_queue
+from django_durable_jobs.queue_overview import queue_overview
 from django_durable_jobs.sql import QUERIES
 
 from .helpers import seq_scanned
@@ -232,3 +236,62 @@ def test_what_is_held_back_is_counted_by_index_never_a_seq_scan(big_table: None)
 def test_seq_scanned_finds_a_sequential_scan(big_table: None) -> None:
     plan = explain("SELECT count(*) FROM durable_jobs_job WHERE last_error = 'x'", {})
     assert seq_scanned(plan) == {"durable_jobs_job"}
+
+
+def job_table_plans(client: Client, url: str) -> list[tuple[str, str]]:
+    """``(statement, plan)`` of each statement reading the job table that a GET of ``url``
+    runs (an EXPLAIN it runs itself reads no rows: left out)."""
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url)
+    assert response.status_code == 200
+    statements = [
+        q["sql"]
+        for q in captured.captured_queries
+        if "durable_jobs_job" in q["sql"] and not q["sql"].lstrip().upper().startswith("EXPLAIN")
+    ]
+    return [(sql, explain(sql, {})) for sql in statements]
+
+
+def test_the_queues_page_reads_the_job_table_by_index_only(
+    big_table: None, admin_client: Client
+) -> None:
+    with connection.cursor() as cursor:
+        # Waiting jobs too, in one queue, and a queue known only from its last hour.
+        cursor.execute(
+            """
+            INSERT INTO durable_jobs_job (
+                id, type, queue, payload, status, priority, attempts, max_attempts,
+                available_at, created_at, updated_at, last_error, errors, waiting_on
+            )
+            SELECT gen_random_uuid(), 'tests.plan', 'emails', '{}', 'waiting', 0, 0, 5,
+                   now(), now(), now(), '', '[]', 1
+            FROM generate_series(1, 500)
+            """
+        )
+        cursor.execute("ANALYZE durable_jobs_job")
+    QueueMinuteStats.objects.create(queue="recent", minute=timezone.now(), completed=3)
+    plans = job_table_plans(admin_client, "/admin/durable_jobs/queuestate/")
+    overview = [plan for sql, plan in plans if "WITH RECURSIVE names" in sql]
+    assert len(overview) == 1, [sql for sql, _ in plans]
+    assert CLAIM_QUEUE_INDEX in overview[0] and QUEUE_HELD_INDEX in overview[0], overview[0]
+    (known,) = [plan for sql, plan in plans if "WITH RECURSIVE pending" in sql]
+    assert CLAIM_QUEUE_INDEX in known and QUEUE_HELD_INDEX in known, known
+    scanning = [sql for sql, plan in plans if "durable_jobs_job" in seq_scanned(plan)]
+    assert not scanning, scanning
+    # Past the exact counts (1,000), the estimates: every queue's pending count here.
+    rows = {row.queue: row for row in queue_overview(["default", "emails", "recent"]).values()}
+    assert rows["default"].pending.estimated and 1_500 <= rows["default"].pending.value <= 5_000
+    assert not rows["emails"].waiting.estimated and rows["emails"].waiting.value == 500
+    assert rows["recent"].completed_last_hour == 3
+
+
+@pytest.mark.parametrize("status", ["pending", "running", "waiting", "dead"])
+def test_the_job_list_a_count_links_to_reads_by_index(
+    big_table: None, admin_client: Client, status: str
+) -> None:
+    plans = job_table_plans(
+        admin_client, f"/admin/durable_jobs/job/?queue=emails&status__exact={status}"
+    )
+    assert plans
+    scanning = [sql for sql, plan in plans if "durable_jobs_job" in seq_scanned(plan)]
+    assert not scanning, scanning

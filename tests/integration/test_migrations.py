@@ -11,6 +11,8 @@ from django_durable_jobs.constants import (
     CLAIM_QUEUE_INDEX,
     IDEMPOTENCY_CONSTRAINT,
     LEASE_INDEX,
+    QUEUE_HELD_INDEX,
+    QUEUE_STATUS_STATISTICS,
     STATUS_INDEX,
 )
 
@@ -36,6 +38,19 @@ def test_indexes_exist_with_their_definitions() -> None:
     assert "queue, priority DESC, available_at, created_at" in indexes[CLAIM_QUEUE_INDEX]
     assert indexes[IDEMPOTENCY_CONSTRAINT].startswith("CREATE UNIQUE INDEX")
     assert "idempotency_key IS NOT NULL" in indexes[IDEMPOTENCY_CONSTRAINT]
+    assert "(queue, status, created_at DESC)" in indexes[QUEUE_HELD_INDEX]
+    assert (
+        "ARRAY['waiting'::character varying, 'dead'::character varying]"
+        in (indexes[QUEUE_HELD_INDEX])
+    )
+
+
+def test_the_queue_status_statistics_exist() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT stxkind FROM pg_statistic_ext WHERE stxname = %s", [QUEUE_STATUS_STATISTICS]
+        )
+        assert cursor.fetchall() == [(["m"],)]
 
 
 def test_the_database_rejects_invalid_rows() -> None:
