@@ -49,7 +49,7 @@ ENABLED = prometheus_client is not None
 RESULTS = ("completed", "failed", "dead", "cancelled")
 #: The statuses ``durable_jobs_queue_depth`` reports (history rows are left
 #: out: counting them would scan the whole table on every scrape).
-DEPTH_STATUSES = ("pending", "running", "dead")
+DEPTH_STATUSES = ("pending", "running", "waiting", "dead")
 #: How long one reading of the queue depth serves scrapes.
 DEPTH_CACHE_SECONDS = 1.5
 #: How long one reading of the schedules' ticks serves scrapes.

@@ -543,6 +543,7 @@ class InvalidStateSerializer(ErrorSerializer):
 class QueueCountsSerializer(serializers.Serializer[dict[str, Any]]):
     pending = serializers.IntegerField()
     running = serializers.IntegerField()
+    waiting = serializers.IntegerField(help_text="Waiting for their parents (depends_on).")
     dead = serializers.IntegerField()
 
 
@@ -550,7 +551,9 @@ class QueueSerializer(serializers.Serializer[Any]):
     """One queue: its counts, limits and paused state."""
 
     name = serializers.CharField()
-    counts = QueueCountsSerializer(help_text="Jobs pending, running and dead in this queue.")
+    counts = QueueCountsSerializer(
+        help_text="Jobs pending, running, waiting and dead in this queue."
+    )
     oldest_pending_age_seconds = serializers.FloatField(
         allow_null=True,
         help_text="Seconds the oldest runnable pending job of this queue has waited.",

@@ -19,7 +19,7 @@ from typing import Any
 from django.db.models import Count, DurationField, ExpressionWrapper, Min
 from django.db.models.functions import Now
 
-from .. import db
+from .. import db, metrics
 from ..conf import jobs_settings
 from ..flow import QueueLimits, parse_queues, queue_limits
 from ..held_back import held_back, nothing_held
@@ -109,6 +109,11 @@ def _paused(alias: str) -> dict[str, datetime | None]:
     return dict(QueueState.objects.using(alias).paused().values_list("name", "paused_until"))
 
 
+def _depth_counts() -> dict[str, int]:
+    """A queue's counts in ``queue_overview``: the statuses of the queue-depth metric."""
+    return dict.fromkeys(metrics.DEPTH_STATUSES, 0)
+
+
 def queue_overview(using: str | None = None, *, only: str | None = None) -> list[dict[str, Any]]:
     """Each queue (declared in ``QUEUES``, holding pending, running or dead jobs, or
     paused), by name: its counts, its limits (``None``: none), whether it is paused,
@@ -126,7 +131,7 @@ def queue_overview(using: str | None = None, *, only: str | None = None) -> list
     for queue, status, count, age in db.queue_depth(alias):
         if only is not None and queue != only:
             continue
-        entry = counts.setdefault(queue, {"pending": 0, "running": 0, "dead": 0})
+        entry = counts.setdefault(queue, _depth_counts())
         entry[status] = count
         if status == JobStatus.PENDING:
             ages[queue] = age
@@ -139,7 +144,7 @@ def queue_overview(using: str | None = None, *, only: str | None = None) -> list
     return [
         {
             "name": name,
-            "counts": counts.get(name, {"pending": 0, "running": 0, "dead": 0}),
+            "counts": counts.get(name, _depth_counts()),
             "oldest_pending_age_seconds": ages.get(name),
             "limits": _limits_of(name, limits),
             "paused": name in paused,

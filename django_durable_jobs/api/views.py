@@ -358,9 +358,9 @@ class QueueViewSet(JSONErrorsMixin, GenericViewSet[Any]):
         summary="Queues, by name, with counts, limits and paused state",
         description=(
             "Every queue declared in DURABLE_JOBS['QUEUES'], holding pending, running or dead "
-            "jobs, or paused: its counts (pending, running, dead), its limits (null: none), "
-            "and whether it is paused, until when. Needs the permission to list jobs. "
-            "Not paginated."
+            "jobs, or paused: its counts (pending, running, waiting, dead), its limits "
+            "(null: none), and whether it is paused, until when. Needs the permission to list "
+            "jobs. Not paginated."
         ),
         responses={200: s.QueueSerializer(many=True), **AUTH_ERRORS},
     )

@@ -827,12 +827,12 @@ RETURNING id;
 DELETE FROM durable_jobs_worker WHERE id = %(id)s RETURNING id;
 
 -- queue_depth --
--- For the queue-depth metrics: jobs per queue and status (pending, running, dead), and the age in seconds of the oldest runnable pending job per queue.
+-- For the queue-depth metrics: jobs per queue and status (pending, running, waiting, dead), and the age in seconds of the oldest runnable pending job per queue.
 SELECT queue, status, count(*),
        EXTRACT(EPOCH FROM now() - min(available_at)
                FILTER (WHERE status = 'pending' AND available_at <= now()))
 FROM durable_jobs_job
-WHERE status IN ('pending', 'running', 'dead')
+WHERE status IN ('pending', 'running', 'waiting', 'dead')
 GROUP BY queue, status;
 
 -- add_queue_stats --

@@ -37,6 +37,7 @@ def test_queues_lists_declared_busy_and_paused_queues(staff: Api, slash: str) ->
     make_job(queue="default")
     make_job(queue="default", status=JobStatus.RUNNING)
     make_job(queue="emails", status=JobStatus.DEAD)
+    make_job(queue="emails", status=JobStatus.WAITING)
     make_job(queue="history", status=JobStatus.COMPLETED)  # finished only: not listed
     until = timezone.now() + timedelta(hours=1)
     pause_queue("parked", until)
@@ -46,11 +47,11 @@ def test_queues_lists_declared_busy_and_paused_queues(staff: Api, slash: str) ->
     body = response.json()
     assert [queue["name"] for queue in body] == ["default", "emails", "parked", "quiet"]
     queues = by_name(body)
-    assert queues["default"]["counts"] == {"pending": 1, "running": 1, "dead": 0}
+    assert queues["default"]["counts"] == {"pending": 1, "running": 1, "waiting": 0, "dead": 0}
     assert queues["default"]["oldest_pending_age_seconds"] is not None
     assert queues["default"]["limits"] is None
     assert queues["default"]["paused"] is False and queues["default"]["paused_until"] is None
-    assert queues["emails"]["counts"] == {"pending": 0, "running": 0, "dead": 1}
+    assert queues["emails"]["counts"] == {"pending": 0, "running": 0, "waiting": 1, "dead": 1}
     assert queues["emails"]["limits"] == {"rate_limit": "10/s", "concurrency": 4}
     assert queues["quiet"]["limits"] is None  # declared, without limits
     assert queues["parked"]["paused"] is True
