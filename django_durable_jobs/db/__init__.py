@@ -77,6 +77,7 @@ __all__ = [
     "jobs_held_by_keys",
     "keys_held_back",
     "listen",
+    "listen_alias",
     "next_available_at",
     "notify",
     "notify_finished",
@@ -91,6 +92,7 @@ __all__ = [
     "release_dependents",
     "request_cancel",
     "rewait_dependents",
+    "send_probe",
     "upsert_worker",
 ]
 
@@ -887,6 +889,23 @@ def paused_queues(using: str) -> dict[str, float | None]:
 def listen(conn: psycopg.Connection[Any], channel: str) -> None:
     """``LISTEN`` on ``channel`` (an identifier: it cannot be a bound parameter)."""
     conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+
+
+def listen_alias(using: str) -> str:
+    """The database alias to LISTEN on for the job database ``using``.
+
+    ``LISTEN_DATABASE`` when set: a transaction pooler in front of ``using``
+    runs each statement on whichever server connection is free, so a LISTEN
+    through it lands on a connection the listener no longer holds, and
+    nothing it LISTENs for ever reaches it.
+    """
+    alias = jobs_settings.LISTEN_DATABASE
+    return using if alias is None else str(alias)
+
+
+def send_probe(conn: psycopg.Connection[Any], channel: str, payload: str) -> None:
+    """NOTIFY ``payload`` on ``channel`` (in autocommit: delivered at once); ``worker/probe.py``."""
+    conn.execute(QUERIES["notify_probe"], {"channel": channel, "payload": payload})
 
 
 # -- the workers table ----------------------------------------------------
