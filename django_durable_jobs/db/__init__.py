@@ -812,9 +812,12 @@ def record_outcomes_directly(
     """
     params = connection_params(using)
     params["connect_timeout"] = max(1, round(timeout_seconds))
-    with psycopg.connect(**params, autocommit=True) as conn:
+    with psycopg.connect(**params, autocommit=True) as conn, conn.transaction():
+        # Local to this transaction (set_config's true): through a transaction
+        # pooler, a session setting would stay on the server connection for
+        # whichever client the pooler gives it to next.
         conn.execute(
-            "SELECT set_config('statement_timeout', %s, false)",
+            "SELECT set_config('statement_timeout', %s, true)",
             [str(round(timeout_seconds * 1000))],
         )
         _record_outcomes(_DirectStatements(conn), outcomes, history_limit)

@@ -20,11 +20,14 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import psycopg
 import pytest
 from django.db import connection
 
-from django_durable_jobs import enqueue
+from django_durable_jobs import db, enqueue
 from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.worker.outcomes import release
+from tests.factories import claim_directly
 from tests.testapp.models import Execution
 
 from .conftest import MANAGE, ROOT, test_database_url
@@ -193,6 +196,38 @@ def test_with_listen_database_on_a_direct_connection_jobs_start_at_once(
     log = bounced.workers.output()
     assert "listen_database=direct" in log
     assert NOT_ARRIVING not in log, log
+
+
+def test_the_last_write_of_a_forced_exit_leaves_no_setting_on_the_pooled_connection(
+    pgbouncer: PgBouncer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``record_outcomes_directly`` bounds its statements with a statement_timeout.
+
+    Through a transaction pooler a session setting would stay on the server
+    connection for the next client; ``<name>_single`` has one server
+    connection, so the next client is sure to get it.
+    """
+    dbname = connection.settings_dict["NAME"]
+    enqueue("tests.record")
+    claimed = claim_directly()
+    params = {
+        **db.connection_params("default"),
+        "host": "127.0.0.1",
+        "port": pgbouncer.port,
+        "dbname": f"{dbname}_single",
+    }
+    monkeypatch.setattr(db, "connection_params", lambda using: dict(params))
+    db.record_outcomes_directly(
+        "default",
+        [release(claimed.id, claimed.lease_token)],
+        history_limit=20,
+        timeout_seconds=2.0,
+    )
+    assert Job.objects.get(pk=claimed.id).status == JobStatus.PENDING
+    with psycopg.connect(pgbouncer.url(f"{dbname}_single"), autocommit=True) as conn:
+        (row,) = conn.execute("SHOW statement_timeout").fetchall()
+    assert row[0] == "0"
+    pgbouncer.drop_connections(f"{dbname}_single")
 
 
 def test_pgbouncer_is_the_version_the_issue_saw_or_later(pgbouncer: PgBouncer) -> None:
