@@ -113,6 +113,27 @@ def test_the_worker_listens_on_listen_database_and_its_probe_arrives(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+def test_a_reconnected_listener_probes_again() -> None:
+    with override_settings(DURABLE_JOBS={"LISTEN_DATABASE": "listen"}):
+        running = RunningWorker(worker_config(burst=False, poll_interval=30.0))
+        worker = running.worker
+        try:
+            assert worker.listener is not None and worker.listener.probe is not None
+            probe = worker.listener.probe
+            wait_until(lambda: worker.notifications_arriving is True, 10, "the first probe")
+            assert probe._sent == 1
+            with new_connection() as conn:
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND application_name = %s",
+                    [LISTEN_APP],
+                )
+            wait_until(lambda: probe._sent == 2, 15, "a probe after the reconnect")
+            assert worker.notifications_arriving is True
+        finally:
+            running.stop()
+
+
 def test_without_listen_database_the_worker_listens_on_its_own_database() -> None:
     running = RunningWorker(worker_config(burst=False, poll_interval=30.0))
     try:
