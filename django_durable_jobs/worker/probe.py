@@ -149,15 +149,24 @@ class NotificationProbe:
 
     def _missed(self) -> None:
         if self.arriving is not False:
+            if self.listen_alias == self.alias:
+                fix = (
+                    "A transaction pooler (PgBouncer in transaction mode, RDS Proxy, "
+                    "Supavisor's port 6543) drops LISTEN: set DURABLE_JOBS['LISTEN_DATABASE'] "
+                    "to the alias of a direct connection to the same database."
+                )
+            else:
+                fix = (
+                    "DURABLE_JOBS['LISTEN_DATABASE'] must reach the same database as the jobs, "
+                    "directly or through a session-mode pool: not a transaction pooler, not "
+                    "another database, not a read replica."
+                )
             logger.warning(
                 "Notifications are not arriving: this worker's LISTEN connection (database "
                 "%r) did not hear, within %.0fs, the probe NOTIFY its main connection "
                 "(database %r) sent. Jobs start at the next poll instead of at once (polling "
-                "every %ss). A transaction pooler (PgBouncer in transaction mode, RDS Proxy, "
-                "Supavisor's port 6543) drops LISTEN: set DURABLE_JOBS['LISTEN_DATABASE'] to "
-                "the alias of a direct connection to the same database. Logged once, until "
-                "notifications arrive again",
-                self.listen_alias, self.timeout, self.alias, self.poll_interval,
+                "every %ss). %s Logged once, until notifications arrive again",
+                self.listen_alias, self.timeout, self.alias, self.poll_interval, fix,
             )  # fmt: skip
             self.arriving = False
             metrics.set_notifications_ok(self.listen_alias, False)

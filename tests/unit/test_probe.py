@@ -34,9 +34,10 @@ def clock() -> Clock:
     return Clock()
 
 
-def make(clock: Clock, sent: list[str], name: str) -> NotificationProbe:
+def make(clock: Clock, sent: list[str], name: str, alias: str | None = None) -> NotificationProbe:
+    """A probe LISTENing on ``name`` (the gauge's label); the job database: ``alias`` or it."""
     return NotificationProbe(
-        alias="default",
+        alias=name if alias is None else alias,
         listen_alias=name,
         poll_interval=2.0,
         send=sent.append,
@@ -105,6 +106,7 @@ def test_a_missed_probe_warns_once_naming_listen_and_listen_database(
     (warning,) = warnings(caplog)
     assert "LISTEN" in warning and "LISTEN_DATABASE" in warning
     assert "'missed'" in warning and "polling every 2.0s" in warning
+    assert "transaction pooler" in warning
     # The next probes are missed too: no second warning.
     for _ in range(3):
         clock.now += 120
@@ -113,6 +115,20 @@ def test_a_missed_probe_warns_once_naming_listen_and_listen_database(
         probe.tick()
     assert len(sent) == 4
     assert len(warnings(caplog)) == 1
+
+
+def test_a_missed_probe_on_listen_database_says_what_it_must_reach(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    sent: list[str] = []
+    probe = make(clock, sent, "replica", alias="default")  # LISTEN_DATABASE is set
+    probe.listening()
+    probe.tick()
+    clock.now += 5
+    probe.tick()
+    (warning,) = warnings(caplog)
+    assert "LISTEN_DATABASE'] must reach the same database" in warning
+    assert "read replica" in warning
 
 
 def test_arriving_again_is_logged_once_at_info_and_flips_the_gauge_back(
