@@ -153,3 +153,44 @@ def check_queue_limits(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
     except FlowError as exc:
         return [checks.Error(str(exc), hint=E008_HINT, id="durable_jobs.E008")]
     return []
+
+
+E009_UNKNOWN = "{name}['LISTEN_DATABASE'] is {alias!r}, which is not in DATABASES."
+E009_NOT_POSTGRESQL = (
+    "{name}['LISTEN_DATABASE'] is {alias!r}, whose backend is {vendor!r}: LISTEN needs PostgreSQL."
+)
+E009_HINT = (
+    "Add DATABASES[{alias!r}]: a direct connection (not through a transaction pooler) to "
+    "the PostgreSQL database of the job table. Or remove LISTEN_DATABASE to LISTEN on the "
+    "job database's own connection. See docs/guides/poolers.md."
+)
+
+
+@checks.register(checks.Tags.compatibility)
+def check_listen_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E009: ``LISTEN_DATABASE`` names a PostgreSQL database of ``DATABASES`` (no connection)."""
+    user = getattr(settings, SETTINGS_NAME, None)
+    if not isinstance(user, Mapping) or user.get("LISTEN_DATABASE") is None:
+        return []
+    alias = user["LISTEN_DATABASE"]
+    if not SETTINGS["LISTEN_DATABASE"].is_valid(alias):
+        return []  # E003 reports it.
+    hint = E009_HINT.format(alias=alias)
+    if alias not in connections.settings:
+        return [
+            checks.Error(
+                E009_UNKNOWN.format(name=SETTINGS_NAME, alias=alias),
+                hint=hint,
+                id="durable_jobs.E009",
+            )
+        ]
+    vendor = connections[alias].vendor
+    if vendor != "postgresql":
+        return [
+            checks.Error(
+                E009_NOT_POSTGRESQL.format(name=SETTINGS_NAME, alias=alias, vendor=vendor),
+                hint=hint,
+                id="durable_jobs.E009",
+            )
+        ]
+    return []

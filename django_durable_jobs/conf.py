@@ -89,6 +89,11 @@ def _channel(value: Any) -> bool:
     )
 
 
+def _alias_or_none(value: Any) -> bool:
+    # The shape only: whether DATABASES has the alias is durable_jobs.E009's.
+    return value is None or (isinstance(value, str) and bool(value) and value.strip() == value)
+
+
 def _time_limit(value: Any) -> bool:
     return is_seconds(value, allow_zero=False, maximum=MAX_DELAY_SECONDS, allow_timedelta=False)
 
@@ -233,6 +238,15 @@ SETTINGS: dict[str, Setting] = {
         f"a non-empty string of at most {NOTIFY_CHANNEL_MAX_BYTES} bytes",
         "PostgreSQL NOTIFY channel that enqueue signals and workers listen on; finished jobs "
         "are NOTIFYed on it with '_finished' appended, for wait().",
+    ),
+    "LISTEN_DATABASE": Setting(
+        None,
+        _alias_or_none,
+        "None or the alias of a database in DATABASES",
+        "The DATABASES alias whose connection the workers and wait() LISTEN on, for a job "
+        "database reached through a transaction pooler (which drops LISTEN): a direct "
+        "connection to the same PostgreSQL database. None: LISTEN on the job database's own "
+        "connection. Checked by E009.",
     ),
     "NOTIFY_FINISHED": Setting(
         True,

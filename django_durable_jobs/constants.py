@@ -37,6 +37,9 @@ FINISHED_CHANNEL_SUFFIX = "_finished"
 # PostgreSQL truncates identifiers, channel names included, at 63 bytes,
 # and the finished channel adds its suffix to NOTIFY_CHANNEL.
 NOTIFY_CHANNEL_MAX_BYTES = 63 - len(FINISHED_CHANNEL_SUFFIX)
+# Each worker probes its LISTEN connection on a channel of its own, this
+# prefix and a random token: no other listener is sent its probes.
+PROBE_CHANNEL_PREFIX = "durable_jobs_probe_"
 # A finished notification's payload: this prefix, then the ids, comma-separated.
 FINISHED_NOTIFY_PREFIX = "finished:"
 # Ids per finished notification: PostgreSQL refuses a payload of 8,000 bytes

@@ -16,6 +16,7 @@ directory); gauges then need a ``multiprocess_mode``, given below.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -107,6 +108,16 @@ if prometheus_client is not None:
         "Jobs this worker can run at once: its handler threads now (an elastic pool's "
         "current size; with slots per queue, their sum).",
         multiprocess_mode="livesum",
+    )
+    # Labelled so that a process without a worker (the web) exports no
+    # sample at all, rather than a 0 that would read as "not arriving".
+    NOTIFICATIONS_OK = prometheus_client.Gauge(
+        "durable_jobs_worker_notifications_ok",
+        "1 while this worker's LISTEN connection hears the probe NOTIFYs of its main "
+        "connection, 0 once one was missed (a transaction pooler in the way: see "
+        "LISTEN_DATABASE); jobs then start at the next poll.",
+        ["listen_database"],
+        multiprocess_mode="livemin",
     )
 
 
@@ -205,6 +216,17 @@ def record_reaped(count: int) -> None:
 def set_worker_slots(slots: int) -> None:
     if ENABLED:
         SLOTS.set(slots)
+
+
+def set_notifications_ok(listen_database: str, ok: bool | None) -> None:
+    """The notification probe's verdict (``worker/probe.py``); None: no worker listens any more."""
+    if not ENABLED:
+        return
+    if ok is None:
+        with contextlib.suppress(KeyError):  # never set
+            NOTIFICATIONS_OK.remove(listen_database)
+    else:
+        NOTIFICATIONS_OK.labels(listen_database).set(1 if ok else 0)
 
 
 # -- read from the database at scrape time ------------------------------

@@ -36,20 +36,21 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 INSTALL_HINT = "set DATABASE_URL or `pip install 'django-durable-jobs[demo]'`"
 
 
-def parse_database_url(url: str) -> dict[str, Any]:
+def parse_database_url(url: str, variable: str = "DATABASE_URL") -> dict[str, Any]:
     """Turn a PostgreSQL URL into a Django ``DATABASES`` entry.
 
     A socket directory is given as a percent-encoded host (``postgres://u@%2Ftmp/db``) or as
     ``?host=/tmp``; other query parameters are libpq options and go to ``OPTIONS``. Errors
-    name the faulty part but never repeat the URL, which may hold a password.
+    name the faulty part (and the environment ``variable`` the URL came from) but never
+    repeat the URL, which may hold a password.
     """
     if not url or not url.strip():
-        raise ValueError("DATABASE_URL is empty")
+        raise ValueError(f"{variable} is empty")
     parts = urlsplit(url.strip())
     if parts.scheme.lower() not in SCHEMES:
         shown = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
         expected = ", ".join(f"{s}://" for s in SCHEMES)
-        raise ValueError(f"DATABASE_URL has {shown}; expected one of {expected}")
+        raise ValueError(f"{variable} has {shown}; expected one of {expected}")
     # Parsed by hand: SplitResult.hostname lowercases (breaking socket paths) and .port raises
     # an error that quotes the netloc, password included.
     userinfo, _, hostport = parts.netloc.rpartition("@")
@@ -61,10 +62,10 @@ def parse_database_url(url: str) -> dict[str, Any]:
         host, _, port = hostport.partition(":")
     if port and not port.isdigit():
         # Not echoed: in "postgres://user:secret/db" (no "@host") the password parses as the port.
-        raise ValueError("DATABASE_URL has a port that is not a number")
+        raise ValueError(f"{variable} has a port that is not a number")
     name = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
     if not name:
-        raise ValueError("DATABASE_URL has no database name (expected scheme://user@host/NAME)")
+        raise ValueError(f"{variable} has no database name (expected scheme://user@host/NAME)")
     options: dict[str, str] = {}
     host = unquote(host)
     for key, value in parse_qsl(parts.query, keep_blank_values=True):

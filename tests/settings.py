@@ -14,9 +14,20 @@ LOGGING = {"version": 1, "disable_existing_loggers": False}
 
 # A second, non-PostgreSQL database: the checks' tests route the job table to
 # it to see durable_jobs.E001. No test queries it.
+# And a mirror of the default database under another name, which tests give
+# LISTEN_DATABASE: its connections show in pg_stat_activity by their
+# application_name. No test queries it through Django.
 DATABASES = {
     **DATABASES,  # noqa: F405
     "sqlite": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+    "listen": {
+        **DATABASES["default"],  # noqa: F405
+        "OPTIONS": {
+            **DATABASES["default"]["OPTIONS"],  # noqa: F405
+            "application_name": "durable_jobs_listen",
+        },
+        "TEST": {"MIRROR": "default"},
+    },
 }
 
 # Test handlers and the Execution table that counts their runs.

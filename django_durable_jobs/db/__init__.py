@@ -88,6 +88,7 @@ __all__ = [
     "jobs_held_by_keys",
     "keys_held_back",
     "listen",
+    "listen_alias",
     "next_available_at",
     "notify",
     "notify_finished",
@@ -104,6 +105,7 @@ __all__ = [
     "release_dependents",
     "request_cancel",
     "rewait_dependents",
+    "send_probe",
     "upsert_worker",
 ]
 
@@ -837,9 +839,12 @@ def record_outcomes_directly(
     """
     params = connection_params(using)
     params["connect_timeout"] = max(1, round(timeout_seconds))
-    with psycopg.connect(**params, autocommit=True) as conn:
+    with psycopg.connect(**params, autocommit=True) as conn, conn.transaction():
+        # Local to this transaction (set_config's true): through a transaction
+        # pooler, a session setting would stay on the server connection for
+        # whichever client the pooler gives it to next.
         conn.execute(
-            "SELECT set_config('statement_timeout', %s, false)",
+            "SELECT set_config('statement_timeout', %s, true)",
             [str(round(timeout_seconds * 1000))],
         )
         _record_outcomes(_DirectStatements(conn), outcomes, history_limit)
@@ -914,6 +919,23 @@ def paused_queues(using: str) -> dict[str, float | None]:
 def listen(conn: psycopg.Connection[Any], channel: str) -> None:
     """``LISTEN`` on ``channel`` (an identifier: it cannot be a bound parameter)."""
     conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+
+
+def listen_alias(using: str) -> str:
+    """The database alias to LISTEN on for the job database ``using``.
+
+    ``LISTEN_DATABASE`` when set: a transaction pooler in front of ``using``
+    runs each statement on whichever server connection is free, so a LISTEN
+    through it lands on a connection the listener no longer holds, and
+    nothing it LISTENs for ever reaches it.
+    """
+    alias = jobs_settings.LISTEN_DATABASE
+    return using if alias is None else str(alias)
+
+
+def send_probe(conn: psycopg.Connection[Any], channel: str, payload: str) -> None:
+    """NOTIFY ``payload`` on ``channel`` (in autocommit: delivered at once); ``worker/probe.py``."""
+    conn.execute(QUERIES["notify_probe"], {"channel": channel, "payload": payload})
 
 
 # -- the workers table ----------------------------------------------------

@@ -767,6 +767,10 @@ SELECT notifications FROM finished_notified;
 -- Wake the workers of these queues, as enqueue does (requeue, run now).
 SELECT count(pg_notify(%(channel)s, queue)) FROM unnest(%(queues)s::text[]) AS queue;
 
+-- notify_probe --
+-- A worker's probe of its LISTEN connection (worker/probe.py), sent on its main connection: NOTIFY %(payload)s on the worker's own %(channel)s, which no other listener hears. Delivered at once in autocommit.
+SELECT pg_notify(%(channel)s, %(payload)s);
+
 -- prune_jobs --
 -- Delete up to %(limit)s finished jobs (of the given statuses) whose completed_at is older than %(older_than_seconds)s, oldest first. With a %(lock_key)s, a transaction-level advisory lock lets one pruner work at a time and the others skip; NULL (the CLI) prunes without it. Returns whether the lock was acquired and how many rows were deleted.
 WITH pruner AS (

@@ -116,8 +116,9 @@ class WaitListener:
             self._waiters.setdefault(job_id, set()).add(waiter)
             if self._thread is None and not self._closed.is_set():
                 # The connection's parameters are read here, on the caller's
-                # thread: Django's connection objects are per thread.
-                params = db.connection_params(self.alias)
+                # thread: Django's connection objects are per thread. Those of
+                # LISTEN_DATABASE, when set (a pooler in front of the alias).
+                params = db.connection_params(db.listen_alias(self.alias))
                 self._thread = threading.Thread(
                     target=self._run,
                     args=(params,),

@@ -10,6 +10,11 @@ A cancel of a running job comes on the same channel as
 ``'cancel:<job id>'`` (``constants.CANCEL_NOTIFY_PREFIX``; a queue name
 cannot contain ":"): ``on_cancel`` hears of it. Its fallback is the
 maintenance thread's poll (``maintenance.py``).
+
+The connection is ``listen_alias``'s (``LISTEN_DATABASE``), or the job
+database's own. With a ``probe`` (``probe.py``) it also LISTENs on the
+probe's channel, and this thread sends the probes and times them: the way
+to learn that a transaction pooler swallows the notifications.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import psycopg
 
 from .. import db
 from ..constants import CANCEL_NOTIFY_PREFIX, QUEUE_STATE_NOTIFY_PREFIX
+from .probe import NotificationProbe
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -40,9 +46,13 @@ class Listener:
         on_cancel: Callable[[uuid.UUID], None] | None = None,
         *,
         queue_state: Callable[[str | None], None] | None = None,
+        listen_alias: str | None = None,
+        probe: NotificationProbe | None = None,
     ) -> None:
-        self._params = db.connection_params(alias)
+        self.listen_alias = alias if listen_alias is None else listen_alias
+        self._params = db.connection_params(self.listen_alias)
         self._channel = channel
+        self.probe = probe
         self._queues = queues
         self._wake = wake
         self._on_cancel = on_cancel
@@ -58,6 +68,8 @@ class Listener:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2.0)
+        if self.probe is not None:
+            self.probe.forget()
 
     def _run(self) -> None:
         delay = RECONNECT_BASE_SECONDS
@@ -65,6 +77,10 @@ class Listener:
             try:
                 with psycopg.connect(**self._params, autocommit=True) as conn:
                     db.listen(conn, self._channel)
+                    probe = self.probe
+                    if probe is not None:
+                        db.listen(conn, probe.channel)
+                        probe.listening()
                     if delay > RECONNECT_BASE_SECONDS:
                         logger.info("Listening again on channel %s", self._channel)
                     delay = RECONNECT_BASE_SECONDS
@@ -74,9 +90,13 @@ class Listener:
                     if self._queue_state is not None:
                         self._queue_state(None)
                     while not self._stop.is_set():
+                        if probe is not None:
+                            probe.tick()
                         # A short timeout: stop() is noticed quickly at shutdown.
                         for notify in conn.notifies(timeout=0.25):
-                            if notify.payload.startswith(CANCEL_NOTIFY_PREFIX):
+                            if probe is not None and notify.channel == probe.channel:
+                                probe.heard(notify.payload)
+                            elif notify.payload.startswith(CANCEL_NOTIFY_PREFIX):
                                 self._cancel_notified(notify.payload)
                             elif notify.payload.startswith(QUEUE_STATE_NOTIFY_PREFIX):
                                 if self._queue_state is not None:
@@ -87,6 +107,8 @@ class Listener:
                                 self._wake()
             except psycopg.Error as exc:
                 self.connected.clear()
+                if self.probe is not None:
+                    self.probe.not_listening()
                 if self._stop.is_set():
                     return
                 logger.warning(

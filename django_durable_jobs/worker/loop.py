@@ -14,7 +14,9 @@ Threads, and the connection each uses:
   each takes a slot, whose thread waits for it and runs its sync calls
   (no connection of its own; ``event_loop.py``);
 - listener: LISTEN for enqueue notifications, and pause/resume ones
-  (one psycopg connection; the paused queues: ``paused.py``);
+  (one psycopg connection, to ``LISTEN_DATABASE`` when set; the paused
+  queues: ``paused.py``); it probes itself now and then (``probe.py``: a
+  short connection of the job database's every few minutes);
 - scheduler: enqueues the periodic jobs' due ticks, when any are declared
   (one connection; ``scheduler.py``).
 
@@ -61,6 +63,7 @@ from .pool import (
     total_size,
 )
 from .presence import Presence
+from .probe import NotificationProbe
 from .scheduler import Scheduler
 from .slots import check_queue_name
 from .throughput import OutcomeCounts
@@ -117,6 +120,8 @@ class WorkerConfig:
     worker_id: str = field(default_factory=default_worker_id)
     alias: str = field(default_factory=db.database_alias)
     listen: bool = True
+    # The database alias to LISTEN on; None: LISTEN_DATABASE, else ``alias``.
+    listen_alias: str | None = None
     install_signal_handlers: bool = True
     # Enqueue the declared schedules' ticks (never in burst mode).
     schedules: bool = True
@@ -143,6 +148,8 @@ class WorkerConfig:
             ) from None
         if self.queues is not None:
             self.queues = frozenset(check_queue_name(name) for name in self.queues)
+        if self.listen_alias is None:
+            self.listen_alias = db.listen_alias(self.alias)
         self.slots_per_queue = None
         if self.queue_slots is not None:
             self.slots_per_queue = check_queue_slots(self.queue_slots)
@@ -264,6 +271,7 @@ class Worker:
         self.paused = PausedQueues(
             config.alias, config.queues, config.poll_interval, worker_id=config.worker_id
         )
+        listen_alias = config.listen_alias or config.alias
         self.listener = (
             Listener(
                 config.alias,
@@ -272,6 +280,12 @@ class Worker:
                 self._notify,
                 on_cancel=lambda job_id: self._cancels_requested({job_id}),
                 queue_state=self._queue_state_changed,
+                listen_alias=listen_alias,
+                probe=NotificationProbe(
+                    alias=config.alias,
+                    listen_alias=listen_alias,
+                    poll_interval=config.poll_interval,
+                ),
             )
             if config.listen
             else None
@@ -291,9 +305,11 @@ class Worker:
         if c.install_signal_handlers:
             self._install_signal_handlers()
         logger.info(
-            "Worker starting worker=%s queues=%s concurrency=%s lease=%ss poll=%ss grace=%ss%s",
+            "Worker starting worker=%s queues=%s concurrency=%s lease=%ss poll=%ss grace=%ss%s%s",
             c.worker_id, ",".join(sorted(c.queues)) if c.queues else "*", c.describe_slots(),
             c.lease_seconds, c.poll_interval, c.grace_period, " burst" if c.burst else "",
+            f" listen_database={c.listen_alias}"
+            if c.listen and c.listen_alias != c.alias else "",
             extra={"worker_id": c.worker_id},
         )  # fmt: skip
         with self._lock:
@@ -960,6 +976,23 @@ class Worker:
             and last is not None
             and now - last <= 3 * self.maintenance.heartbeat_interval + self.config.poll_interval
         )
+
+    @property
+    def notifications_arriving(self) -> bool | None:
+        """Whether the last probe of the LISTEN connection arrived (None: not known yet,
+        or the worker does not listen)."""
+        if self.listener is None or self.listener.probe is None:
+            return None
+        return self.listener.probe.arriving
+
+    def health_notes(self) -> list[str]:
+        """For ``/healthz``: lines that qualify its answer (not a failure: the worker polls)."""
+        if self.notifications_arriving is False:
+            return [
+                f"notifications: not arriving (polling every {self.config.poll_interval:g}s; "
+                "see DURABLE_JOBS['LISTEN_DATABASE'])"
+            ]
+        return []
 
     def _force_exit(self) -> None:
         """Second signal: record what is known and give back what runs (best effort, 2 s); exit 1.

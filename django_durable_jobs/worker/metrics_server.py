@@ -4,6 +4,9 @@ A worker is not a web process, so it serves its own metrics (each worker
 process its own port; Prometheus scrapes each). ``/healthz`` answers 200
 while the worker's loop runs and its database connection works, 503
 otherwise, for a Kubernetes liveness probe or a systemd watchdog script.
+Lines after the first qualify the answer without changing it:
+``notifications: not arriving ...`` when the worker's LISTEN connection
+hears nothing (``probe.py``): the worker works, by polling, so it stays 200.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class _QuietHandler(WSGIRequestHandler):
 
 def make_app(
     healthy: Callable[[], bool],
+    notes: Callable[[], list[str]] | None = None,
 ) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
     metrics_app = metrics.make_wsgi_app() if metrics.ENABLED else None
 
@@ -42,7 +46,8 @@ def make_app(
                 "200 OK" if ok else "503 Service Unavailable",
                 [("Content-Type", "text/plain; charset=utf-8")],
             )
-            return [b"ok\n" if ok else b"unhealthy\n"]
+            lines = ["ok" if ok else "unhealthy", *(notes() if notes is not None else ())]
+            return ["".join(f"{line}\n" for line in lines).encode()]
         if path == "/metrics" and metrics_app is not None:
             return metrics_app(environ, start_response)  # type: ignore[no-any-return]
         if path == "/metrics":
@@ -59,7 +64,13 @@ def make_app(
 class MetricsServer:
     """The HTTP server, started on a daemon thread; ``stop()`` closes the port."""
 
-    def __init__(self, host: str, port: int, healthy: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        healthy: Callable[[], bool],
+        notes: Callable[[], list[str]] | None = None,
+    ) -> None:
         # Django's autoreloader runs the command twice (parent and child); the
         # second bind would fail. Same guard as django-prometheus' port export.
         if os.environ.get("RUN_MAIN") == "true":
@@ -67,7 +78,7 @@ class MetricsServer:
                 "--metrics-port cannot be used under Django's autoreloader (RUN_MAIN is set)"
             )
         self._server = make_server(
-            host, port, make_app(healthy), server_class=_Server, handler_class=_QuietHandler
+            host, port, make_app(healthy, notes), server_class=_Server, handler_class=_QuietHandler
         )
         self.port = self._server.server_port
         self._thread = threading.Thread(

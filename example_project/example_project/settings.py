@@ -78,6 +78,21 @@ DATABASES = {
     }
 }
 
+# Behind a transaction pooler (PgBouncer in transaction mode, RDS Proxy,
+# Supavisor's port 6543), DATABASE_URL goes through the pooler and LISTEN does
+# not work there: DIRECT_DATABASE_URL, when set, is a direct connection to the
+# same database, used only for LISTEN (LISTEN_DATABASE below;
+# docs/guides/poolers.md). In tests it is the test database (MIRROR). Django's
+# server-side cursors (QuerySet.iterator()) do not survive transaction pooling
+# either; the queue itself uses none.
+DIRECT_DATABASE_URL = os.environ.get("DIRECT_DATABASE_URL", "").strip()
+if DIRECT_DATABASE_URL:
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    DATABASES["direct"] = {
+        **parse_database_url(DIRECT_DATABASE_URL, "DIRECT_DATABASE_URL"),
+        "TEST": {"MIRROR": "default"},
+    }
+
 AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
 
 LANGUAGE_CODE = "en-us"
@@ -96,6 +111,8 @@ DURABLE_JOBS: dict[str, object] = {
         "narrow": {"concurrency": 2},
     },
 }
+if DIRECT_DATABASE_URL:
+    DURABLE_JOBS["LISTEN_DATABASE"] = "direct"
 
 # Django >= 6.0: `@task` functions (example/tasks.py) run on the durable queue.
 # Django 5.2 has no django.tasks, so no TASKS there.

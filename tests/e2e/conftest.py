@@ -3,11 +3,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 from urllib.parse import quote
 
 import pytest
 from django.db import connection
+
+from .pgbouncer import PACKAGE, PgBouncer, find_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 MANAGE = ROOT / "example_project" / "manage.py"
@@ -48,3 +52,47 @@ def manage(transactional_db: None):  # type: ignore[no-untyped-def]
         )
 
     return run
+
+
+#: "1": a PgBouncer that is missing or cannot start fails its tests instead of
+#: skipping them (CI, once .ci/run has installed the package).
+REQUIRE_PGBOUNCER_ENV = "DURABLE_JOBS_REQUIRE_PGBOUNCER"
+
+
+def _pgbouncer_unavailable(reason: str) -> NoReturn:
+    message = f"PgBouncer tests skipped: {reason}"
+    if os.environ.get(REQUIRE_PGBOUNCER_ENV) == "1":
+        pytest.fail(f"{message} ({REQUIRE_PGBOUNCER_ENV}=1)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(django_db_setup: None) -> Iterator[PgBouncer]:
+    """A PgBouncer in transaction mode in front of the test database, for the session.
+
+    After ``django_db_setup``, so it stops (closing its server connections)
+    before pytest-django drops the test database.
+    """
+    binary = find_binary()
+    if binary is None:
+        _pgbouncer_unavailable(
+            f"pgbouncer not found: install the Debian package '{PACKAGE}' "
+            f"(apt-get install {PACKAGE})"
+        )
+    s = connection.settings_dict
+    bouncer = PgBouncer(
+        binary,
+        host=s["HOST"],
+        port=int(s["PORT"] or 5432),
+        user=s["USER"],
+        password=s["PASSWORD"],
+        single=s["NAME"],
+    )
+    try:
+        bouncer.start()
+    except (RuntimeError, OSError) as exc:
+        _pgbouncer_unavailable(f"pgbouncer could not start: {exc}")
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()

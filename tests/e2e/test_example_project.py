@@ -67,3 +67,36 @@ def test_a_non_postgresql_database_fails_the_check(manage, tmp_path) -> None:  #
     assert result.returncode == 1
     assert "durable_jobs.E001" in result.stderr
     assert "sqlite" in result.stderr
+
+
+def test_direct_database_url_is_the_listen_database(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """DIRECT_DATABASE_URL (a pooler in DATABASE_URL): the alias `direct`, LISTEN_DATABASE on it."""
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import MANAGE
+
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "example_project.settings",
+        "DATABASE_URL": "postgres://app@pooler.example:6543/jobs",
+        "DIRECT_DATABASE_URL": "postgres://app@db.example:5432/jobs",
+    }
+    code = (
+        "from django.conf import settings\n"
+        "from django_durable_jobs import db\n"
+        "print(db.listen_alias('default'), settings.DATABASES['direct']['HOST'],\n"
+        "      settings.DATABASES['default']['DISABLE_SERVER_SIDE_CURSORS'])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, str(MANAGE), "shell", "-c", code], env=env, capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-3:] == ["direct", "db.example", "True"]
+    check = subprocess.run(
+        [sys.executable, str(MANAGE), "check", "--fail-level", "WARNING"], env=env,
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stderr

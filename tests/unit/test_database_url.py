@@ -113,3 +113,8 @@ def test_password_is_never_in_the_error(url: str) -> None:
         parse_database_url(url)
     assert "Hunter2Secret" not in str(info.value)
     assert "Hunter2Secret" not in repr(info.value)
+
+
+def test_errors_name_the_variable_the_url_came_from() -> None:
+    with pytest.raises(ValueError, match=r"^DIRECT_DATABASE_URL has no database name"):
+        parse_database_url("postgres://u@h/", "DIRECT_DATABASE_URL")

@@ -43,6 +43,22 @@ def test_healthz_follows_the_health_callback_and_metrics_are_served(
         server.stop()
 
 
+def test_healthz_adds_the_notes_on_lines_of_their_own_without_changing_its_status() -> None:
+    notes: list[str] = []
+    healthy = [True]
+    server = MetricsServer("127.0.0.1", 0, lambda: healthy[0], lambda: notes)
+    server.start()
+    try:
+        base = f"http://127.0.0.1:{server.port}/healthz"
+        assert fetch(base) == (200, b"ok\n")
+        notes.append("notifications: not arriving")
+        assert fetch(base) == (200, b"ok\nnotifications: not arriving\n")
+        healthy[0] = False
+        assert fetch(base) == (503, b"unhealthy\nnotifications: not arriving\n")
+    finally:
+        server.stop()
+
+
 def test_refuses_to_run_under_the_autoreloader(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUN_MAIN", "true")
     with pytest.raises(RuntimeError, match="autoreloader"):

@@ -242,7 +242,12 @@ class Command(BaseCommand):
         if options.get("metrics_port") is None:
             return None
         try:
-            server = MetricsServer(options["metrics_host"], options["metrics_port"], worker.healthy)
+            server = MetricsServer(
+                options["metrics_host"],
+                options["metrics_port"],
+                worker.healthy,
+                worker.health_notes,
+            )
         except (OSError, RuntimeError) as exc:
             raise CommandError(f"--metrics-port: {exc}") from None
         server.start()

@@ -1,0 +1,236 @@
+"""The worker path through a real PgBouncer in transaction mode (``pgbouncer.py``).
+
+Worker processes (and, where it matters, the enqueueing process) connect
+through PgBouncer. What works there: enqueue, claim, heartbeats, outcomes,
+retries, dependencies, the handlers' ORM. What does not: LISTEN, which
+PgBouncer accepts and then never delivers to; the worker says so (one
+WARNING, ``/healthz``, a gauge) and polls. With ``LISTEN_DATABASE`` on a
+direct connection (``DIRECT_DATABASE_URL`` in the example project) jobs
+start at once again. Skipped, naming the Debian package, where PgBouncer
+is missing; required in CI (``DURABLE_JOBS_REQUIRE_PGBOUNCER=1``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+from django.db import connection
+
+from django_durable_jobs import db, enqueue
+from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.worker.outcomes import release
+from tests.factories import claim_directly
+from tests.testapp.models import Execution
+
+from .conftest import MANAGE, ROOT, test_database_url
+from .pgbouncer import PgBouncer
+from .test_worker_metrics import free_port, get, sample
+from .test_worker_processes import Workers, wait_for, workers  # noqa: F401  (fixture)
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.pgbouncer,
+    pytest.mark.django_db(transaction=True),
+]
+
+NOT_ARRIVING = "Notifications are not arriving"
+GAUGE = "durable_jobs_worker_notifications_ok"
+
+
+@dataclass
+class Bounced:
+    """Workers (and enqueueing processes) whose DATABASE_URL goes through PgBouncer."""
+
+    pgbouncer: PgBouncer
+    workers: Workers
+    dbname: str
+
+    def enqueue(self, code: str, *, timeout: float = 120) -> str:
+        """Run ``code`` in ``manage.py shell`` through PgBouncer; its output."""
+        proc = subprocess.run(
+            [sys.executable, str(MANAGE), "shell", "-c", code],
+            cwd=ROOT,
+            env=self.workers.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    def listen_directly(self) -> None:
+        """Give the processes ``DIRECT_DATABASE_URL``: the example project's LISTEN_DATABASE."""
+        self.workers.env["DIRECT_DATABASE_URL"] = test_database_url()
+
+
+@pytest.fixture
+def bounced(pgbouncer: PgBouncer, workers: Workers) -> Iterator[Bounced]:  # noqa: F811
+    dbname = connection.settings_dict["NAME"]
+    workers.env.update(
+        DATABASE_URL=pgbouncer.url(dbname),
+        DJANGO_SETTINGS_MODULE="tests.e2e.settings_pooler",
+        E2E_LOG_LEVEL="INFO",
+    )
+    workers.env.pop("DIRECT_DATABASE_URL", None)
+    try:
+        yield Bounced(pgbouncer, workers, dbname)
+    finally:
+        # Its server connections would outlive the test (and show in the next
+        # tests' pg_stat_activity).
+        pgbouncer.drop_connections(dbname)
+
+
+def stop(proc: subprocess.Popen[bytes], workers: Workers) -> None:  # noqa: F811
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0, workers.output()
+
+
+def test_enqueue_and_the_whole_worker_path_run_through_pgbouncer(bounced: Bounced) -> None:
+    before = bounced.pgbouncer.transactions(bounced.dbname)
+    # Through PgBouncer: single enqueues (Django's cursor), a bulk one (the
+    # gateway's binding cursor), a chain (parents in the same statement), a
+    # retry, a dead job.
+    bounced.enqueue(
+        "from django_durable_jobs import chain, enqueue, enqueue_many, group\n"
+        "for i in range(20): enqueue('tests.record', {'i': i})\n"
+        "enqueue_many([{'type': 'tests.record', 'payload': {'n': n}} for n in range(300)])\n"
+        "group([{'type': 'tests.fail_until', 'payload': {'succeed_on': 1}},\n"
+        "       {'type': 'tests.fail_until', 'payload': {'succeed_on': 2}}],\n"
+        "      then={'type': 'example.sum_parents'})\n"
+        "chain({'type': 'example.echo'}, {'type': 'example.echo'})\n"
+        "enqueue('tests.discard')\n"
+    )
+    assert Job.objects.count() == 326
+    proc = bounced.workers.start("--concurrency", "4", "--poll-interval", "0.2")
+    wait_for(
+        lambda: not Job.objects.exclude(status__in=[JobStatus.COMPLETED, JobStatus.DEAD]).exists(),
+        120,
+        "every job to finish",
+    )
+    stop(proc, bounced.workers)
+    records = Job.objects.filter(type="tests.record")
+    assert records.filter(status=JobStatus.COMPLETED).count() == 320
+    # Each ran once (the handler's ORM writes go through PgBouncer too).
+    assert Execution.objects.filter(job_id__in=records.values("id")).count() == 320
+    # A retry, then the group's callback with both results (1 and 2).
+    assert sorted(
+        Job.objects.filter(type="tests.fail_until").values_list("attempts", flat=True)
+    ) == [1, 2]
+    assert Job.objects.get(type="example.sum_parents").result == 3
+    assert Job.objects.filter(type="example.echo", status=JobStatus.COMPLETED).count() == 2
+    assert Job.objects.get(type="tests.discard").status == JobStatus.DEAD
+    log = bounced.workers.output()
+    for bad in ("Traceback", "prepared statement", "does not exist", "failed"):
+        assert bad not in log, log
+    errors = [line for line in log.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "Job discarded" in errors[0], errors
+    # It all went through PgBouncer: hundreds of transactions on this database.
+    assert bounced.pgbouncer.transactions(bounced.dbname) - before > 326
+
+
+def test_without_listen_database_the_worker_warns_once_says_so_and_polls(
+    bounced: Bounced,
+) -> None:
+    port = free_port()
+    proc = bounced.workers.start(
+        "--metrics-port", str(port), "--metrics-host", "127.0.0.1", "--poll-interval", "1",
+    )  # fmt: skip
+    # The probe at start, missed after 5 s.
+    wait_for(lambda: NOT_ARRIVING in bounced.workers.output(), 60, "the warning")
+    assert sample(port, GAUGE, listen_database="default") == 0
+    status, body = get(port, "/healthz")
+    assert status == 200  # the worker works, by polling
+    assert body.startswith("ok\n") and "notifications: not arriving" in body, body
+    # Jobs still run: found by the poll.
+    job = enqueue("tests.record").job
+    wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, 30, "the job to run")
+    stop(proc, bounced.workers)
+    log = bounced.workers.output()
+    assert log.count(NOT_ARRIVING) == 1, log
+    (line,) = [line for line in log.splitlines() if NOT_ARRIVING in line]
+    assert " WARNING " in line and "LISTEN" in line and "LISTEN_DATABASE" in line
+
+
+def test_with_listen_database_on_a_direct_connection_jobs_start_at_once(
+    bounced: Bounced,
+) -> None:
+    bounced.listen_directly()
+    port = free_port()
+    # A 5 s poll: a job found by a poll would start 2.5 s late on average.
+    proc = bounced.workers.start(
+        "--metrics-port", str(port), "--metrics-host", "127.0.0.1", "--poll-interval", "5",
+    )  # fmt: skip
+    wait_for(lambda: get(port, "/healthz")[0] == 200, 30, "/healthz to answer 200")
+    wait_for(lambda: sample(port, GAUGE, listen_database="direct") == 1, 30, "the probe")
+    assert get(port, "/healthz") == (200, "ok\n")
+    # Enqueued through PgBouncer too: its NOTIFY, sent there at commit,
+    # reaches the direct LISTEN connection.
+    bounced.enqueue(
+        "import time\n"
+        "from django_durable_jobs import enqueue\n"
+        "enqueue('tests.record', {'warm': True})\n"
+        "time.sleep(1)\n"
+        "for i in range(7):\n"
+        "    time.sleep(0.4)\n"
+        "    enqueue('tests.record', {'i': i})\n"
+    )
+    wait_for(lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() == 8, 30, "the jobs")
+    stop(proc, bounced.workers)
+    waits = [
+        (job.started_at - job.created_at).total_seconds()
+        for job in Job.objects.filter(payload__has_key="i")
+    ]
+    assert len(waits) == 7
+    # Well under the poll interval: woken by the notifications. Polls alone
+    # would spread them over 0-5 s.
+    assert statistics.median(waits) < 0.5, waits
+    assert max(waits) < 2.5, waits
+    log = bounced.workers.output()
+    assert "listen_database=direct" in log
+    assert NOT_ARRIVING not in log, log
+
+
+def test_the_last_write_of_a_forced_exit_leaves_no_setting_on_the_pooled_connection(
+    pgbouncer: PgBouncer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``record_outcomes_directly`` bounds its statements with a statement_timeout.
+
+    Through a transaction pooler a session setting would stay on the server
+    connection for the next client; ``<name>_single`` has one server
+    connection, so the next client is sure to get it.
+    """
+    dbname = connection.settings_dict["NAME"]
+    enqueue("tests.record")
+    claimed = claim_directly()
+    params = {
+        **db.connection_params("default"),
+        "host": "127.0.0.1",
+        "port": pgbouncer.port,
+        "dbname": f"{dbname}_single",
+    }
+    monkeypatch.setattr(db, "connection_params", lambda using: dict(params))
+    db.record_outcomes_directly(
+        "default",
+        [release(claimed.id, claimed.lease_token)],
+        history_limit=20,
+        timeout_seconds=2.0,
+    )
+    assert Job.objects.get(pk=claimed.id).status == JobStatus.PENDING
+    with psycopg.connect(pgbouncer.url(f"{dbname}_single"), autocommit=True) as conn:
+        (row,) = conn.execute("SHOW statement_timeout").fetchall()
+    assert row[0] == "0"
+    pgbouncer.drop_connections(f"{dbname}_single")
+
+
+def test_pgbouncer_is_the_version_the_issue_saw_or_later(pgbouncer: PgBouncer) -> None:
+    major, minor, *_ = (int(part) for part in pgbouncer.version().split()[-1].split("."))
+    assert (major, minor) >= (1, 18), pgbouncer.version()
+    assert os.environ.get("DIRECT_DATABASE_URL") is None  # the test process itself goes direct
