@@ -683,7 +683,7 @@ def paced_enqueue(rate: float, count: int, phase: str) -> list[float]:
     return durations
 
 
-def wait_all_done(timeout: float = 60.0) -> None:
+def wait_all_done(timeout: float = 600.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         ((left,),) = sql("SELECT count(*) FROM durable_jobs_job WHERE status <> 'completed'")
@@ -706,7 +706,11 @@ def latency_run(rate: float, seconds: float, env: dict[str, str]) -> dict[str, f
         account = CpuAccount(database)
         account.add_workers([proc.pid])
         durations = paced_enqueue(rate, int(rate * seconds), "measure")
+        enqueued = time.monotonic()
         wait_all_done()
+        # How long the worker took to catch up after the last enqueue: about
+        # zero when it kept up with the rate, the backlog's length otherwise.
+        drain = time.monotonic() - enqueued
         account.scan()
         cpu = account.totals()
         ((p50, p90, p99, p999, mx, mean, count),) = sql(
@@ -730,7 +734,7 @@ def latency_run(rate: float, seconds: float, env: dict[str, str]) -> dict[str, f
         "max": float(mx), "mean": float(mean), "count": float(count),
         "enqueue_p50": durations[len(durations) // 2] * 1000,
         "enqueue_p99": durations[int(len(durations) * 0.99)] * 1000,
-        "rss_mb": rss,
+        "rss_mb": rss, "drain": drain,
         "worker_cpu": cpu["workers"], "other_cpu": cpu["other"],
     }  # fmt: skip
 

@@ -2,8 +2,8 @@
 
 Runs only with ``benchmarks/peers/.venv-pgqueuer/bin/python`` (pgqueuer with
 asyncpg from PyPI; no Django there), started by ``run.py``. The database is
-the one in ``PGDSN``; ``run.py`` installs pgqueuer's schema there with
-``pgq install`` and reads the results with its own SQL.
+the one in ``PGDSN``; ``pgqueuer_peer.py`` installs pgqueuer's schema there
+with ``pgq install`` and reads the results with its own SQL.
 
 The worker is ``pgqueuer.run(factory, ...)``, which its docstring calls what
 ``pgq run`` does without the CLI, with this module's factory::
