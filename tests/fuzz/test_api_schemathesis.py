@@ -55,8 +55,6 @@ from tests.factories import make_job
 
 from .conftest import api_requests
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "openapi.yaml"
 schema = schemathesis.openapi.from_path(SCHEMA_FILE)
 
@@ -67,6 +65,13 @@ WAIT_SECONDS = 0.01
 #: Examples per operation, and stateful scenarios: a third of the profile's
 #: (ci: 20, long: 1,000), so that the API's share of a CI run stays near a minute.
 EXAMPLES = max(10, hypothesis_settings.default.max_examples // 3)
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    # pytest-timeout's 300 s per test stopped the long mode's stateful test
+    # after 700 of its 1,000 scenarios (about 0.4 s each on a busy machine).
+    pytest.mark.timeout(max(300, 2 * EXAMPLES)),
+]
 
 
 class Seen:
