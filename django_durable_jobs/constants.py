@@ -25,8 +25,11 @@ PRIORITY_MAX = 32767
 MAX_ATTEMPTS_LIMIT = 1_000_000
 
 # Letters, digits, "_", "-" and "."; no ",", ":" or spaces, which the
-# worker's `--queues emails:4,default` syntax uses as separators.
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+# worker's `--queues emails:4,default` syntax uses as separators. The same
+# text is the pattern of queue names in the OpenAPI schema; match it with
+# fullmatch(): Python's `$` also matches before a final newline.
+QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$"
+QUEUE_NAME_RE = re.compile(QUEUE_NAME_PATTERN)
 # A delay longer than this is surely a unit mistake (milliseconds for
 # seconds); it also keeps available_at far inside PostgreSQL's range.
 MAX_DELAY_SECONDS = 100 * 365 * 24 * 3600

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from datetime import timedelta
 from typing import Any
 
@@ -79,7 +80,11 @@ def seconds(
     if allow_timedelta and isinstance(value, timedelta):
         number = value.total_seconds()
     elif is_number(value):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            # An int beyond any float: as far from zero as a number of seconds gets.
+            number = sys.float_info.max if value > 0 else -sys.float_info.max
     else:
         raise SecondsError(SecondsError.TYPE, value, None, maximum)
     if not math.isfinite(number):
@@ -125,7 +130,11 @@ def parse_seconds(text: str, *, allow_zero: bool) -> float:
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION_RE = re.compile(r"^(\d+)([smhdw])$")
+# ASCII digits only (re.ASCII: \d would take any script's digits).
+_DURATION_RE = re.compile(r"(\d+)([smhdw])", re.ASCII)
+#: More significant digits than this is longer than MAX_SECONDS in any unit;
+#: checked before int() (which refuses more than 4,300 digits).
+_MAX_DIGITS = len(str(MAX_DELAY_SECONDS))
 
 
 def parse_duration(text: str) -> timedelta:
@@ -135,13 +144,16 @@ def parse_duration(text: str) -> timedelta:
     """
     if not isinstance(text, str):
         raise ValueError(f"{text!r} is not a duration such as '45s', '15m', '12h' or '7d'")
-    match = _DURATION_RE.match(text.strip().lower())
+    match = _DURATION_RE.fullmatch(text.strip().lower())
     if match is None:
         raise ValueError(
             f"{text!r} is not a duration: write a whole number and a unit, "
             "s (seconds), m (minutes), h (hours), d (days) or w (weeks), e.g. '45s' or '7d'"
         )
-    total = int(match.group(1)) * _UNITS[match.group(2)]
+    digits = match.group(1).lstrip("0") or "0"
+    if len(digits) > _MAX_DIGITS:
+        raise ValueError(f"{text!r} is longer than {MAX_DURATION.days} days")
+    total = int(digits) * _UNITS[match.group(2)]
     if total > MAX_SECONDS:
         raise ValueError(f"{text!r} is longer than {MAX_DURATION.days} days")
     return timedelta(seconds=total)

@@ -156,6 +156,8 @@ def enqueue_many(
     cannot wait for another item of the same call (their ids are made by
     the call); ``chain`` and ``group`` do that.
     """
+    if isinstance(jobs, (str, bytes, Mapping)) or not isinstance(jobs, Iterable):
+        raise InvalidJob("jobs", f"must be a list of dicts, not {type(jobs).__name__}.")
     defaults = Defaults.from_settings()
     specs = [spec_from_item(index, item, defaults) for index, item in enumerate(jobs)]
     if not specs:
@@ -174,7 +176,8 @@ def spec_from_item(
         raise InvalidJob(where, f"must be a dict, not {type(item).__name__}.")
     unknown = set(item) - ENQUEUE_ARGUMENTS
     if unknown:
-        raise InvalidJob(where, f"unknown argument(s): {', '.join(sorted(unknown))}.")
+        # str(): a key may be anything hashable, and sorted() cannot order mixed types.
+        raise InvalidJob(where, f"unknown argument(s): {', '.join(sorted(map(str, unknown)))}.")
     if "type" not in item:
         raise InvalidJob(f"{where}.type", "is required.")
     try:
@@ -224,7 +227,10 @@ def _insert_specs(
     results: list[EnqueueResult | None] = [None] * len(specs)
     todo = list(range(len(specs)))
     debug = logger.isEnabledFor(logging.DEBUG)
-    with_parents = any(spec.parents for spec in specs)
+    # The plain inserts leave on_parent_failure at its default ('cancel'), so
+    # a job given 'run' without parents goes through the insert that stores it
+    # (and reads back, and replays, as given).
+    with_parents = any(spec.parents or spec.on_parent_failure != "cancel" for spec in specs)
     # One counter increment per (queue, type), not per job: enqueue_many
     # inserts tens of thousands of jobs at a time.
     new_per_label: Counter[tuple[str, str]] | None = Counter() if metrics.ENABLED else None

@@ -27,7 +27,8 @@ QUEUE_OPTIONS = ("rate_limit", "concurrency")
 #: Why a claim held work back: the ``reason`` label of ``durable_jobs_throttled_total``.
 THROTTLE_REASONS = ("rate_limit", "concurrency", "key", "paused")
 
-_RATE = re.compile(r"^\s*(\d+)\s*/\s*([smh])\s*$")
+# ASCII only: \d and \s would otherwise take other scripts' digits and spaces.
+_RATE = re.compile(r"\s*(\d+)\s*/\s*([smh])\s*", re.ASCII)
 
 
 class FlowError(ValueError):
@@ -73,10 +74,12 @@ def describe_limits(limits: Mapping[str, Any] | None) -> str:
 
 def parse_rate_limit(value: Any) -> RateLimit:
     """``"10/s"``, ``"100/m"``, ``"1000/h"`` as a ``RateLimit``; ``FlowError`` otherwise."""
-    match = _RATE.match(value) if isinstance(value, str) else None
+    match = _RATE.fullmatch(value) if isinstance(value, str) else None
     if match is None:
         raise FlowError(f"rate_limit must read N/s, N/m or N/h (say '10/s'), got {value!r}")
-    count = int(match.group(1))
+    digits = match.group(1).lstrip("0") or "0"
+    # Compared as text first: int() refuses more than 4,300 digits.
+    count = int(digits) if len(digits) <= len(str(RATE_LIMIT_MAX)) else RATE_LIMIT_MAX + 1
     if not 1 <= count <= RATE_LIMIT_MAX:
         raise FlowError(f"rate_limit must allow from 1 to {RATE_LIMIT_MAX} starts, got {value!r}")
     return RateLimit(count, RATE_UNITS[match.group(2)])

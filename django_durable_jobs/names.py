@@ -13,6 +13,7 @@ the same names that ``enqueue()`` does, and ``validation`` reads settings.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .constants import (
@@ -24,6 +25,16 @@ from .constants import (
 )
 from .exceptions import InvalidJob
 
+#: A surrogate code point: Python strings may hold one alone (from a JSON
+#: ``"\ud800"`` escape, say), UTF-8 cannot encode it, and PostgreSQL would
+#: refuse the statement.
+SURROGATE_RE = re.compile("[\ud800-\udfff]")
+NO_SURROGATES = "must be valid Unicode text: it holds a lone surrogate, which UTF-8 cannot encode."
+
+
+def has_surrogates(value: str) -> bool:
+    return not value.isascii() and SURROGATE_RE.search(value) is not None
+
 
 def _text(field: str, value: Any, max_length: int) -> str:
     if not isinstance(value, str):
@@ -34,6 +45,8 @@ def _text(field: str, value: Any, max_length: int) -> str:
         raise InvalidJob(field, f"must be at most {max_length} characters (got {len(value)}).")
     if "\x00" in value:
         raise InvalidJob(field, "must not contain NUL characters.")
+    if has_surrogates(value):
+        raise InvalidJob(field, NO_SURROGATES)
     return value
 
 
@@ -69,7 +82,7 @@ def validate_queue(value: Any) -> str:
     if value.__class__ is str and value in _VALID_QUEUES:
         return value
     _text("queue", value, QUEUE_MAX_LENGTH)
-    if not QUEUE_NAME_RE.match(value):
+    if not QUEUE_NAME_RE.fullmatch(value):
         raise InvalidJob(
             "queue",
             f"{value!r} is not a valid queue name: use letters, digits, '_', '-' and '.'.",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.db import transaction
@@ -41,7 +42,10 @@ def _until(until: datetime | timedelta | None, now: datetime) -> datetime | None
     if isinstance(until, timedelta):
         if until <= timedelta(0):
             raise InvalidPause("until", f"a pause must last more than 0 seconds, got {until}.")
-        return now + until
+        try:
+            return now + until
+        except OverflowError:
+            raise InvalidPause("until", f"{until} from now is after the year 9999.") from None
     if not isinstance(until, datetime):
         raise InvalidPause(
             "until", f"must be a datetime or a timedelta, not {type(until).__name__}."
@@ -54,7 +58,13 @@ def _until(until: datetime | timedelta | None, now: datetime) -> datetime | None
         raise InvalidPause(
             "until", f"must be in the future; {until.isoformat()} is not after {now.isoformat()}."
         )
-    return until
+    if timezone.is_naive(until):
+        return until
+    # In UTC: PostgreSQL refuses offsets past 15:59 and fractions of a second.
+    try:
+        return until.astimezone(dt_timezone.utc)
+    except OverflowError:
+        raise InvalidPause("until", f"{until.isoformat()} is after the year 9999 in UTC.") from None
 
 
 def pause_queue(

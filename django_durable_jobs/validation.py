@@ -9,9 +9,12 @@ and time in ``durations``; the ones for enqueue are re-exported here.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 from django.conf import settings
@@ -30,6 +33,8 @@ from .durations import SecondsError, seconds
 from .exceptions import InvalidJob
 from .handlers import registry
 from .names import (
+    NO_SURROGATES,
+    SURROGATE_RE,
     validate_concurrency_key,
     validate_idempotency_key,
     validate_queue,
@@ -91,8 +96,13 @@ def validate_concurrency_limit(value: Any) -> int:
 
 
 # One encoder for every payload: json.dumps() with non-default options
-# builds a new encoder per call, a visible cost in enqueue_many.
-_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+# builds a new encoder per call, a visible cost in enqueue_many. Not ASCII-
+# only, so that a lone surrogate stays a character of the text (and is found
+# below) rather than an escape PostgreSQL refuses; a valid character outside
+# the BMP and a surrogate pair would look the same as escapes.
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+# A NUL escape, not a backslash written before "u0000": an odd number of backslashes.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def dump_payload(value: Any) -> str:
@@ -109,10 +119,27 @@ def dump_payload(value: Any) -> str:
         raise InvalidJob("payload", f"is not JSON-serialisable: {exc}.") from None
     except RecursionError:
         raise InvalidJob("payload", "is nested too deeply to serialise.") from None
-    if "\\u0000" in text:
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
         # PostgreSQL's jsonb cannot store NUL in a string.
         raise InvalidJob("payload", "must not contain NUL characters.")
+    if not text.isascii() and SURROGATE_RE.search(text):
+        raise InvalidJob("payload", NO_SURROGATES)
     return text
+
+
+def _as_decimals(value: Any) -> Any:
+    return json.loads(json.dumps(value), parse_float=Decimal, parse_int=Decimal)
+
+
+def same_json(mine: Any, stored: Any) -> bool:
+    """Whether two JSON values are equal as JSON, whose numbers have one type.
+
+    jsonb keeps a number's decimal value, not Python's int/float split:
+    ``1.2345678901234567e+30`` reads back as the ``int`` it is in decimal,
+    which Python's ``==`` tells from the float. Compared as decimals, an
+    idempotent replay of a payload holding such a float is a replay.
+    """
+    return bool(mine == stored) or _as_decimals(mine) == _as_decimals(stored)
 
 
 def validate_delay(value: Any) -> int | None:
@@ -165,13 +192,26 @@ def validate_delay_or_run_at(delay: Any, run_at: Any) -> None:
 
 
 def validate_run_at(value: Any) -> datetime | None:
+    """An aware ``run_at``, in UTC.
+
+    In UTC because PostgreSQL takes UTC offsets only up to 15:59 and in whole
+    seconds, where Python allows up to 23:59:59.999999; and a time that
+    does not exist in UTC (0001-01-01 00:00+05:00 is in year 0) is refused.
+    """
     if value is None:
         return None
     if not isinstance(value, datetime):
         raise InvalidJob("run_at", f"must be a datetime, not {type(value).__name__}.")
-    if settings.USE_TZ and timezone.is_naive(value):
-        raise InvalidJob("run_at", "must be timezone-aware when USE_TZ is True.")
-    return value
+    if timezone.is_naive(value):
+        if settings.USE_TZ:
+            raise InvalidJob("run_at", "must be timezone-aware when USE_TZ is True.")
+        return value
+    try:
+        return value.astimezone(dt_timezone.utc)
+    except OverflowError:
+        raise InvalidJob(
+            "run_at", f"is out of range: {value.isoformat()} is before year 1 or after 9999 in UTC."
+        ) from None
 
 
 #: ``on_parent_failure`` values (``models.OnParentFailure``, which this module cannot import).
@@ -261,7 +301,8 @@ class JobSpec(NamedTuple):
         """The parameters in which ``job`` differs from this spec.
 
         The payload is compared as stored JSON (so ``{1: "a"}`` equals
-        ``{"1": "a"}``). The schedule is left out on purpose: a delay is
+        ``{"1": "a"}``), its numbers as decimals (``same_json``). The
+        schedule is left out on purpose: a delay is
         relative to the moment of each call, so a retried call never
         repeats it exactly. ``timeout`` is compared as given (``None``, no
         per-job limit, differs from any number): a replay asking for another
@@ -281,7 +322,9 @@ class JobSpec(NamedTuple):
                 ("concurrency_key", self.concurrency_key),
                 ("on_parent_failure", self.on_parent_failure),
             )
-            if mine != getattr(job, name)
+            if not (
+                same_json(mine, job.payload) if name == "payload" else mine == getattr(job, name)
+            )
         ]
 
     def stored_payload(self) -> dict[str, Any]:

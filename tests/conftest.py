@@ -29,3 +29,28 @@ def fresh_wait_listeners() -> Iterator[None]:
 
     yield
     close_listeners()
+
+
+# Hypothesis (tests/fuzz/): a profile of few examples for every run and for
+# CI, a long one on demand (HYPOTHESIS_PROFILE=long; docs/development.md).
+# No deadline: this machine is shared, and a slow example is not a failure.
+# No example database: a run's failures are printed (print_blob), and no
+# .hypothesis/ directory appears in the checkout.
+def _hypothesis_profiles() -> None:
+    import os
+
+    from hypothesis import HealthCheck, settings
+
+    common = {
+        "deadline": None,
+        "database": None,
+        "print_blob": True,
+        # Examples share the test's database fixture (each rolls back its own rows).
+        "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    }
+    settings.register_profile("ci", max_examples=60, **common)
+    settings.register_profile("long", max_examples=3000, **common)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+_hypothesis_profiles()

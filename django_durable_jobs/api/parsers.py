@@ -19,6 +19,7 @@ from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 
 from ..conf import jobs_settings
+from ..names import has_surrogates
 from .errors import LengthRequired, PayloadTooLarge
 
 #: Deeper JSON than this is refused: Python's and PostgreSQL's JSON code both
@@ -65,19 +66,28 @@ def _reject_constant(name: str) -> Any:
 
 def json_depth_exceeds(value: Any, limit: int) -> bool:
     """Whether ``value`` nests containers deeper than ``limit`` (iterative, no recursion)."""
+    return _walk(value, limit)[0]
+
+
+def _walk(value: Any, limit: int) -> tuple[bool, bool]:
+    """(nested deeper than ``limit``, holds a string with a lone surrogate), in one pass."""
     stack: list[tuple[Any, int]] = [(value, 1)]
+    surrogates = False
     while stack:
         item, depth = stack.pop()
+        if isinstance(item, str):
+            surrogates = surrogates or has_surrogates(item)
+            continue
         if isinstance(item, Mapping):
-            children: Any = item.values()
+            children: Any = [*item.keys(), *item.values()]
         elif isinstance(item, list):
             children = item
         else:
             continue
         if depth > limit:
-            return True
+            return True, surrogates
         stack.extend((child, depth + 1) for child in children)
-    return False
+    return False, surrogates
 
 
 class BoundedJSONParser(BaseParser):
@@ -105,6 +115,13 @@ class BoundedJSONParser(BaseParser):
             raise ParseError({"body": [f"is not valid JSON: {exc}."]}) from None
         except RecursionError:
             raise ParseError({"body": ["is nested too deeply."]}) from None
-        if json_depth_exceeds(data, MAX_JSON_DEPTH):
+        too_deep, surrogates = _walk(data, MAX_JSON_DEPTH)
+        if too_deep:
             raise ParseError({"body": [f"is nested deeper than {MAX_JSON_DEPTH} levels."]})
+        if surrogates:
+            # json.loads() takes "\ud800" escapes alone; no UTF-8 text holds one,
+            # and PostgreSQL refused the statement (a 500).
+            raise ParseError(
+                {"body": ["is not valid JSON text: a \\u escape is a lone surrogate."]}
+            )
         return data

@@ -6,16 +6,21 @@ required, registered types only, header and body agree). The values
 themselves (lengths, ranges, queue names) are checked by ``enqueue()``'s
 validation, the one implementation, and its ``InvalidJob`` is reported
 against the same field (see ``errors.invalid_job_error``).
+
+The fields' ``schema=`` is what the OpenAPI schema says of them (``schema.py``):
+the same rules as JSON Schema, for clients and for schemathesis.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import date, datetime
 from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from drf_spectacular.drainage import set_override
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -23,6 +28,7 @@ from rest_framework import serializers
 from ..conf import jobs_settings
 from ..constants import (
     CONCURRENCY_KEY_MAX_LENGTH,
+    DEPENDS_ON_MAX,
     IDEMPOTENCY_KEY_MAX_LENGTH,
     MAX_ATTEMPTS_LIMIT,
     MAX_DELAY_SECONDS,
@@ -36,11 +42,32 @@ from ..handlers import registry
 from ..models import Job, JobStatus, OnParentFailure
 from ..validation import validate_delay_or_run_at, validate_type
 from .errors import invalid_job_error
+from .schema import (
+    AWARE_DATE_TIME_SCHEMA,
+    KEY_PATTERN,
+    KEY_SCHEMA,
+    QUEUE_SCHEMA,
+    TYPE_SCHEMA,
+    text,
+)
 
 # --- strict JSON fields ------------------------------------------------------
 
 
-class StrictCharField(serializers.CharField):
+class Described:
+    """A field whose OpenAPI schema is given as ``schema=`` (a JSON Schema dict).
+
+    A keyword argument, not an attribute set afterwards: DRF copies declared
+    fields by calling the class again with the same arguments.
+    """
+
+    def __init__(self, *, schema: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if schema is not None:
+            set_override(self, "field", schema)
+
+
+class StrictCharField(Described, serializers.CharField):
     """A JSON string, kept as sent: no coercion of numbers, no trimming."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -54,7 +81,7 @@ class StrictCharField(serializers.CharField):
         return data
 
 
-class StrictIntegerField(serializers.IntegerField):
+class StrictIntegerField(Described, serializers.IntegerField):
     """A JSON integer: ``"5"``, ``5.0`` and ``true`` are refused."""
 
     def to_internal_value(self, data: Any) -> int:
@@ -63,7 +90,7 @@ class StrictIntegerField(serializers.IntegerField):
         return data
 
 
-class SecondsField(serializers.FloatField):
+class SecondsField(Described, serializers.FloatField):
     """A JSON number of seconds (integer or fraction)."""
 
     def to_internal_value(self, data: Any) -> float | int:
@@ -82,19 +109,37 @@ class JSONObjectField(serializers.JSONField):
         return data
 
 
-@extend_schema_field({"type": "array", "items": {"type": "string", "format": "uuid"}})
+#: A job id as JSON Schema's ``uuid`` format reads one: 8-4-4-4-12 hex digits.
+#: (Python's ``uuid.UUID`` also takes braces, ``urn:uuid:`` and no hyphens.)
+UUID_RE = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}", re.ASCII)
+
+
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {"type": "string", "format": "uuid"},
+        "maxItems": DEPENDS_ON_MAX,
+    }
+)
 class JobIdListField(serializers.Field):  # type: ignore[type-arg]
-    """A JSON array of job ids (strings); what they are is ``enqueue()``'s to check."""
+    """A JSON array of job ids (strings); whether they exist is ``enqueue()``'s to check."""
 
     def to_internal_value(self, data: Any) -> list[str]:
         if not isinstance(data, list):
             raise serializers.ValidationError(
                 f"must be an array of job ids, not {_json_type(data)}."
             )
+        if len(data) > DEPENDS_ON_MAX:
+            raise serializers.ValidationError(f"must name at most {DEPENDS_ON_MAX} jobs.")
         for index, item in enumerate(data):
             if not isinstance(item, str):
                 raise serializers.ValidationError(
                     f"must be an array of job ids (strings); item {index} is {_json_type(item)}."
+                )
+            if not UUID_RE.fullmatch(item):
+                raise serializers.ValidationError(
+                    f"item {index} is not a job id (a UUID such as "
+                    "01234567-89ab-7cde-8f01-23456789abcd)."
                 )
         return data
 
@@ -102,8 +147,17 @@ class JobIdListField(serializers.Field):  # type: ignore[type-arg]
         return [str(item) for item in value]
 
 
+#: The dates an API time may fall on: on the first and last day Python
+#: holds, the time in UTC may be in year 0 or 10000 (schema.DATE_TIME_IN_RANGE).
+FIRST_DATE, LAST_DATE = date(1, 1, 2), date(9999, 12, 30)
+
+
+@extend_schema_field(AWARE_DATE_TIME_SCHEMA)
 class AwareDateTimeField(serializers.DateTimeField):
-    """An ISO 8601 time with a UTC offset; a naive time is refused, not guessed."""
+    """An ISO 8601 time with a UTC offset; a naive time is refused, not guessed.
+
+    RFC 3339 (JSON Schema's ``date-time``) allows a lower-case ``t`` and ``z``.
+    """
 
     def to_internal_value(self, value: Any) -> datetime:
         if not isinstance(value, str):
@@ -111,7 +165,7 @@ class AwareDateTimeField(serializers.DateTimeField):
                 f"must be an ISO 8601 string, not {_json_type(value)}."
             )
         try:
-            parsed = parse_datetime(value)
+            parsed = parse_datetime(value.upper())
         except ValueError:
             parsed = None
         if parsed is None:
@@ -121,6 +175,10 @@ class AwareDateTimeField(serializers.DateTimeField):
         if settings.USE_TZ and timezone.is_naive(parsed):
             raise serializers.ValidationError(
                 "must include a UTC offset (Z or +hh:mm): a naive time is ambiguous."
+            )
+        if not FIRST_DATE <= parsed.date() <= LAST_DATE:
+            raise serializers.ValidationError(
+                f"must fall between {FIRST_DATE.isoformat()} and {LAST_DATE.isoformat()}."
             )
         return parsed
 
@@ -154,11 +212,23 @@ class EnqueueSerializer(serializers.Serializer[None]):
     """
 
     type = StrictCharField(
-        help_text=f"Job type (handler name), at most {TYPE_MAX_LENGTH} characters."
+        schema=TYPE_SCHEMA,
+        help_text=(
+            f"Job type (handler name), at most {TYPE_MAX_LENGTH} characters, without "
+            "surrounding whitespace or NUL. Unless DURABLE_JOBS['API_ALLOW_UNREGISTERED_TYPES'], "
+            "a type some handler of this process is registered for."
+        ),
     )
-    payload = JSONObjectField(required=False, help_text="JSON object given to the handler.")
+    payload = JSONObjectField(
+        required=False,
+        help_text=(
+            "JSON object given to the handler. No NUL character in its keys and strings "
+            "(PostgreSQL's jsonb cannot store one), at most 100 levels deep."
+        ),
+    )
     idempotency_key = StrictCharField(
         required=False,
+        schema=KEY_SCHEMA,
         help_text=(
             f"Required here or as the Idempotency-Key header; at most "
             f"{IDEMPOTENCY_KEY_MAX_LENGTH} characters. The same key with the same "
@@ -167,24 +237,39 @@ class EnqueueSerializer(serializers.Serializer[None]):
     )
     queue = StrictCharField(
         required=False,
+        schema=QUEUE_SCHEMA,
         help_text=f"Queue name (letters, digits, '_', '-', '.'), at most {QUEUE_MAX_LENGTH}.",
     )
     priority = StrictIntegerField(
         required=False,
+        schema={"type": "integer", "minimum": PRIORITY_MIN, "maximum": PRIORITY_MAX},
         help_text=f"Higher runs first; {PRIORITY_MIN} to {PRIORITY_MAX}.",
     )
     delay_seconds = SecondsField(
         required=False,
-        help_text=f"Run no sooner than this many seconds from now; 0 to {MAX_DELAY_SECONDS}.",
+        schema={"type": "number", "minimum": 0, "maximum": MAX_DELAY_SECONDS},
+        help_text=(
+            f"Run no sooner than this many seconds from now; 0 to {MAX_DELAY_SECONDS}. "
+            "Not with run_at."
+        ),
     )
     run_at = AwareDateTimeField(
-        required=False, help_text="Run no sooner than this time (with a UTC offset)."
+        required=False,
+        help_text=(
+            "Run no sooner than this time (with a UTC offset; a date from 0001-01-02 to "
+            "9999-12-30). Not with delay_seconds."
+        ),
     )
     max_attempts = StrictIntegerField(
-        required=False, help_text=f"Attempts before the job goes dead; 1 to {MAX_ATTEMPTS_LIMIT}."
+        required=False,
+        schema={"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS_LIMIT},
+        help_text=f"Attempts before the job goes dead; 1 to {MAX_ATTEMPTS_LIMIT}.",
     )
     timeout = SecondsField(
         required=False,
+        # The maximum is the setting's, filled in when the schema is made
+        # (schema.EnqueueRequestExtension).
+        schema={"type": "number", "minimum": 0, "exclusiveMinimum": True},
         help_text=(
             "Seconds one attempt may run before it fails with JobTimeout; more than 0 and at "
             "most DURABLE_JOBS['API_MAX_TIMEOUT_SECONDS'] (default 3600). Without it, the "
@@ -194,6 +279,7 @@ class EnqueueSerializer(serializers.Serializer[None]):
 
     concurrency_key = StrictCharField(
         required=False,
+        schema=text(KEY_PATTERN, CONCURRENCY_KEY_MAX_LENGTH),
         help_text=(
             f"At most {CONCURRENCY_KEY_MAX_LENGTH} characters. Jobs of a type declared with "
             "@job(concurrency_limit=N) that share this key run at most N at once, over every "

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.db import DatabaseError
 from django.db.models import QuerySet
 from django.urls import reverse
-from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status as http
@@ -27,8 +26,11 @@ from rest_framework.views import APIView
 from rest_framework.viewsets import GenericViewSet
 
 from .. import db, operations, pausing
+from ..conf import API_MAX_PAGE_SIZE
 from ..enqueueing import enqueue
+from ..exceptions import InvalidJob
 from ..models import FINISHED_STATUSES, Job, JobStatus
+from ..names import validate_queue, validate_type
 from ..schedules.overview import schedule_overview
 from . import long_poll
 from . import serializers as s
@@ -36,6 +38,7 @@ from .errors import exception_handler
 from .pagination import JobCursorPagination
 from .parsers import BoundedJSONParser, check_body_size
 from .permissions import permission_classes
+from .schema import KEY_SCHEMA, QUEUE_SCHEMA, TYPE_SCHEMA, JobsAutoSchema
 from .stats import health_stats, job_stats, queue_overview
 
 if TYPE_CHECKING:
@@ -61,6 +64,8 @@ STATE_CONFLICT = {
     )
 }
 JOB_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="Job id.")
+#: ``?type=`` and ``?queue=`` take the names enqueue() takes: another cannot match a job.
+NAME_FILTERS = {"type": validate_type, "queue": validate_queue}
 
 
 class JSONErrorsMixin:
@@ -68,7 +73,7 @@ class JSONErrorsMixin:
 
     # Typed as APIView types them, so the mixin and the view agree.
     renderer_classes: Sequence[type[BaseRenderer]] = (JSONRenderer,)
-    schema: ViewInspector | None = AutoSchema()
+    schema: ViewInspector | None = JobsAutoSchema()
 
     def get_exception_handler(self) -> Any:
         return exception_handler
@@ -105,7 +110,11 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
         return Response(s.JobDetailSerializer(job).data, status=code, **kwargs)
 
     def filter_queryset(self, queryset: QuerySet[Job, _Row]) -> QuerySet[Job, _Row]:
-        """``?status=``, ``?type=``, ``?queue=``: exact matches (``status`` uses its index)."""
+        """``?status=``, ``?type=``, ``?queue=``: exact matches (``status`` uses its index).
+
+        A type or queue name that ``enqueue()`` would refuse is a 400: no job
+        has it, and some (a NUL) PostgreSQL cannot even compare.
+        """
         params = self.request.query_params
         errors: dict[str, list[str]] = {}
         status = params.get("status")
@@ -114,13 +123,13 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
                 queryset = queryset.filter(status=status)
             else:
                 errors["status"] = [f"must be one of {', '.join(JobStatus.values)}."]
-        for name in ("type", "queue"):
+        for name, validate in NAME_FILTERS.items():
             value = params.get(name)
             if value is not None:
-                if value:
-                    queryset = queryset.filter(**{name: value})
-                else:
-                    errors[name] = ["must not be empty."]
+                try:
+                    queryset = queryset.filter(**{name: validate(value)})
+                except InvalidJob as exc:
+                    errors[name] = [exc.message]
         if errors:
             raise ValidationError(errors)
         return queryset
@@ -134,9 +143,12 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
         parameters=[
             OpenApiParameter(
                 "Idempotency-Key",
-                str,
+                KEY_SCHEMA,
                 OpenApiParameter.HEADER,
-                description="The idempotency key, instead of the body's idempotency_key.",
+                description=(
+                    "The idempotency key, instead of the body's idempotency_key (the same, if "
+                    "both are sent). One of the two is required."
+                ),
             )
         ],
         responses={
@@ -170,10 +182,12 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
         summary="List jobs, newest first",
         parameters=[
             OpenApiParameter("status", str, enum=JobStatus.values, description="Only this status."),
-            OpenApiParameter("type", str, description="Only this job type."),
-            OpenApiParameter("queue", str, description="Only this queue."),
+            OpenApiParameter("type", TYPE_SCHEMA, description="Only this job type."),
+            OpenApiParameter("queue", QUEUE_SCHEMA, description="Only this queue."),
             OpenApiParameter(
-                "page_size", int, description="Jobs per page (default API_PAGE_SIZE)."
+                "page_size",
+                {"type": "integer", "minimum": 1, "maximum": API_MAX_PAGE_SIZE},
+                description="Jobs per page (default API_PAGE_SIZE).",
             ),
         ],
         responses={
@@ -199,7 +213,12 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
             JOB_ID,
             OpenApiParameter(
                 "wait",
-                float,
+                {
+                    "type": "number",
+                    "minimum": 0,
+                    "exclusiveMinimum": True,
+                    "maximum": long_poll.MAX_WAIT_SECONDS,
+                },
                 description=(
                     "Seconds to wait for the job to finish, > 0 and at most "
                     f"{long_poll.MAX_WAIT_SECONDS:g}; absent: answer at once."
@@ -319,7 +338,7 @@ class ScheduleViewSet(JSONErrorsMixin, GenericViewSet[Any]):
 
 
 QUEUE_NAME = OpenApiParameter(
-    "name", str, OpenApiParameter.PATH, description="Queue name (letters, digits, _ - .)."
+    "name", QUEUE_SCHEMA, OpenApiParameter.PATH, description="Queue name (letters, digits, _ - .)."
 )
 BAD_PAUSE = {
     400: OpenApiResponse(

@@ -110,7 +110,8 @@ def parse_timezone(name: str, value: Any) -> str | None:
                               f"got {value!r}.")  # fmt: skip
     try:
         ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        # OSError: a name that is a directory of the zone database ('America').
         raise InvalidSchedule(name, f"unknown timezone {value!r}.") from None
     return value
 

@@ -403,3 +403,47 @@ def test_notify_channel_is_a_setting(settings: object) -> None:
 def test_available_at_uses_aware_datetimes() -> None:
     job = enqueue("tests.thing").job
     assert dj_timezone.is_aware(job.available_at)
+
+
+# --- found by the property tests (tests/fuzz/test_enqueue_properties.py) ----------
+
+
+def test_a_payload_float_that_jsonb_reads_back_as_an_int_replays() -> None:
+    # jsonb keeps 1.2345678901234567e+30 as the integer it is in decimal; the
+    # replay compared that int with the float and raised IdempotencyConflict.
+    payload = {"f": 1.2345678901234567e30, "small": 1.5e-7, "n": [1e23]}
+    first = enqueue("tests.thing", payload, idempotency_key="floats")
+    again = enqueue("tests.thing", payload, idempotency_key="floats")
+    assert (first.created, again.created) == (True, False)
+    assert again.job.pk == first.job.pk
+    assert Job.objects.get(pk=first.job.pk).payload["f"] == 1234567890123456700000000000000
+    with pytest.raises(IdempotencyConflict):
+        enqueue("tests.thing", {**payload, "f": 1.2345678901234568e30}, idempotency_key="floats")
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["enqueue", "enqueue_many"])
+def test_on_parent_failure_run_without_parents_is_stored_and_replays(many: bool) -> None:
+    # The inserts for jobs without parents left the column at 'cancel': the job
+    # read back otherwise than it was returned, and its replay was a conflict.
+    arguments = {"type": "tests.thing", "idempotency_key": "opf", "on_parent_failure": "run"}
+    for created in (True, False):
+        result = (
+            enqueue_many([arguments, {"type": "tests.other"}])[0] if many else enqueue(**arguments)
+        )
+        assert result.created is created
+        assert result.job.on_parent_failure == "run"
+        assert Job.objects.get(pk=result.job.pk).on_parent_failure == "run"
+    assert Job.objects.filter(status=JobStatus.PENDING, idempotency_key="opf").count() == 1
+
+
+@pytest.mark.parametrize(
+    "offset",
+    [timedelta(hours=20), -timedelta(hours=23), timedelta(seconds=30), timedelta(microseconds=1)],
+    ids=["+20:00", "-23:00", "+00:00:30", "+1us"],
+)
+def test_run_at_in_any_python_offset_is_stored_as_that_instant(offset: timedelta) -> None:
+    # PostgreSQL takes offsets up to 15:59, in whole seconds: a DataError before.
+    when = datetime(2030, 6, 1, 12, tzinfo=timezone(offset))
+    job = enqueue("tests.thing", run_at=when).job
+    assert Job.objects.get(pk=job.pk).available_at == when
+    assert enqueue_many([{"type": "tests.thing", "run_at": when}])[0].job.available_at == when

@@ -24,11 +24,22 @@ def test_parse_duration(text: str, expected: timedelta) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", "7", "d", "7 d", "1.5h", "-1d", "1d12h", "7days", "7y", "99999999d"]
+    "text",
+    [
+        *("", "7", "d", "7 d", "1.5h", "-1d", "1d12h", "7days", "7y", "99999999d"),
+        # More than the 4,300 digits int() reads: a ValueError of int()'s, before.
+        "9" * 5000 + "s",
+        # Other scripts' digits, which \\d matched.
+        "\u0663d",
+    ],
 )
 def test_parse_duration_rejects_malformed_input(text: str) -> None:
     with pytest.raises(ValueError, match=r"duration|longer than"):
         parse_duration(text)
+
+
+def test_leading_zeros_are_no_longer_a_duration() -> None:
+    assert parse_duration("0" * 30 + "5m") == timedelta(minutes=5)
 
 
 def test_parse_duration_rejects_non_strings() -> None:

@@ -29,7 +29,15 @@ def test_a_rate_limit_reads_n_per_second_minute_or_hour(
     assert parse_rate_limit(text) == RateLimit(count, seconds)
 
 
-@pytest.mark.parametrize("text", ["10", "10/d", "0/s", "1000001/s", "-1/s", "1.5/s", 10, None])
+@pytest.mark.parametrize(
+    "text",
+    [
+        *("10", "10/d", "0/s", "1000001/s", "-1/s", "1.5/s", 10, None),
+        # More digits than int() reads (a plain ValueError before), other scripts' digits.
+        "9" * 5000 + "/s",
+        "\u0661\u0660/s",
+    ],
+)
 def test_anything_else_is_refused_with_the_form_it_should_take(text: object) -> None:
     with pytest.raises(FlowError, match=r"rate_limit must"):
         parse_rate_limit(text)

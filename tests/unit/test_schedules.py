@@ -247,6 +247,10 @@ def test_no_tick_and_future_ticks_are_never_due() -> None:
         ({"cron": "* * * * *", "every": 5}, "exactly one of 'cron' and 'every'"),
         ({"type": "t"}, "exactly one of 'cron' and 'every'"),
         ({"every": 5, "timezone": "Europe/Berln"}, "unknown timezone 'Europe/Berln'"),
+        # A directory of the zone database: IsADirectoryError, before.
+        ({"every": 5, "timezone": "America"}, "unknown timezone 'America'"),
+        # An int no float holds: OverflowError, before.
+        ({"every": 10**400}, "at most"),
         ({"every": 5, "timezone": "../etc/passwd"}, "unknown timezone"),
         ({"every": 5, "timezone": ""}, "timezone must be a zone name"),
         ({"every": 5, "payload": [1]}, "payload must be a JSON object"),

@@ -56,6 +56,32 @@ from django_durable_jobs.validation import build_spec
         ({"type": "t", "idempotency_key": ""}, "idempotency_key", "must not be empty"),
         ({"type": "t", "idempotency_key": 42}, "idempotency_key", "must be a string"),
         ({"type": "t", "idempotency_key": "k" * 256}, "idempotency_key", "at most 255"),
+        # Found by the property tests (tests/fuzz/): each was an exception other than
+        # InvalidJob (OverflowError, UnicodeEncodeError, DataError) or, for the queue,
+        # a name accepted with a trailing newline.
+        ({"type": "t", "delay": 10**400}, "delay", "at most"),
+        ({"type": "t", "delay": -(10**400)}, "delay", "negative"),
+        ({"type": "t", "timeout": 10**400}, "timeout", "at most"),
+        ({"type": "t.\ud800"}, "type", "surrogate"),
+        ({"type": "t", "queue": "q\udfff"}, "queue", "surrogate"),
+        ({"type": "t", "queue": "default\n"}, "queue", "not a valid queue name"),
+        ({"type": "t", "idempotency_key": "\ud800"}, "idempotency_key", "surrogate"),
+        ({"type": "t", "concurrency_key": "k\ud800"}, "concurrency_key", "surrogate"),
+        ({"type": "t", "payload": {"a": "\ud800"}}, "payload", "surrogate"),
+        ({"type": "t", "payload": {"\udc00": 1}}, "payload", "surrogate"),
+        (
+            {"type": "t", "run_at": datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))},
+            "run_at",
+            "out of range",
+        ),
+        (
+            {
+                "type": "t",
+                "run_at": datetime(9999, 12, 31, 23, tzinfo=timezone(-timedelta(hours=5))),
+            },
+            "run_at",
+            "out of range",
+        ),
     ],
 )
 def test_enqueue_rejects_bad_arguments_before_the_database(
@@ -89,6 +115,38 @@ def test_a_payload_nested_too_deeply_is_invalid_not_a_crash() -> None:
         enqueue("t", payload)
 
 
+def test_run_at_is_kept_in_utc() -> None:
+    # PostgreSQL refuses offsets past 15:59 and fractions of a second, which
+    # Python allows; the instant is the same in UTC (a DataError before).
+    for offset in (timedelta(hours=20), -timedelta(hours=23), timedelta(microseconds=1)):
+        when = datetime(2030, 1, 1, tzinfo=timezone(offset))
+        spec = build_spec("t", run_at=when)
+        assert spec.run_at == when
+        assert spec.run_at is not None and spec.run_at.utcoffset() == timedelta(0)
+
+
+def test_a_backslash_before_u0000_in_a_payload_string_is_no_nul() -> None:
+    # The text \u0000 (six characters) is JSON-encoded as \\u0000: no NUL, and
+    # was refused as one.
+    spec = build_spec("t", {"a": "\\u0000", "b": "\\\\u0000"})
+    assert spec.stored_payload() == {"a": "\\u0000", "b": "\\\\u0000"}
+    with pytest.raises(InvalidJob, match="NUL"):
+        build_spec("t", {"a": "\\\x00"})
+
+
+def test_payloads_equal_as_json_numbers_replay() -> None:
+    from types import SimpleNamespace
+
+    spec = build_spec("t", {"f": 1.2345678901234567e30, "g": 0.1})
+    # What jsonb gives back: the float's decimal value, as an int.
+    stored = SimpleNamespace(
+        **{**spec._asdict(), "payload": {"f": 1234567890123456700000000000000, "g": 0.1}}
+    )
+    assert spec.differences(stored) == []
+    stored.payload = {"f": 1234567890123456700000000000001, "g": 0.1}
+    assert spec.differences(stored) == ["payload"]
+
+
 def test_naive_run_at_is_accepted_without_use_tz() -> None:
     with override_settings(USE_TZ=False):
         spec = build_spec("t", run_at=datetime(2030, 1, 1))
@@ -103,6 +161,13 @@ def test_naive_run_at_is_accepted_without_use_tz() -> None:
         ([{"type": "ok", "colour": "red"}], "jobs[0]"),
         (["not a dict"], "jobs[0]"),
         ([{"type": "ok", "payload": {"x": {1, 2}}}], "jobs[0].payload"),
+        # Keys that are not strings: a TypeError from sorting them, before.
+        ([{"type": "ok", 1: "a", (2,): "b"}], "jobs[0]"),
+        # Not a list of dicts at all: a TypeError from iterating it, before.
+        (None, "jobs"),
+        (42, "jobs"),
+        ("type", "jobs"),
+        ({"type": "ok"}, "jobs"),
     ],
 )
 def test_enqueue_many_names_the_bad_item(jobs: list[object], field: str) -> None:

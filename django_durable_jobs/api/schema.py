@@ -1,0 +1,134 @@
+"""What the OpenAPI schema says beyond what drf-spectacular reads from the fields.
+
+The API's rules, as JSON Schema: the patterns and bounds of names, keys and
+numbers (written from ``names``, ``constants`` and ``durations``, the rules
+``enqueue()`` applies), the request body that takes no other field and not
+both ``delay_seconds`` and ``run_at``, and OpenAPI links from the calls
+that answer a job or a queue to the calls that take its id or name, so
+that a client (or schemathesis' stateful tests) can follow them.
+
+The schema is checked against the API by ``tests/fuzz/test_api_schemathesis.py``:
+a value the schema allows must be accepted, one it forbids refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.openapi import AutoSchema
+
+from ..conf import jobs_settings
+from ..constants import (
+    IDEMPOTENCY_KEY_MAX_LENGTH,
+    QUEUE_MAX_LENGTH,
+    QUEUE_NAME_PATTERN,
+    TYPE_MAX_LENGTH,
+)
+
+#: The characters Python's ``str.strip()`` and ``str.isspace()`` take for
+#: whitespace, as an ECMA-262 character class body (JSON Schema's regex
+#: dialect): not ``\s``, whose set differs in ECMA-262, Rust and Python
+#: (U+001C..U+001F, U+0085, U+FEFF). ``tests/unit/test_api_schema_rules.py``
+#: checks it against Python's own set.
+WHITESPACE_CLASS = "".join(
+    (
+        "\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680",
+        "\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000",
+    )
+)
+#: A key (idempotency, concurrency): at least one character that is not
+#: whitespace, and no NUL (names.py: "must not be empty", "NUL").
+KEY_PATTERN = f"^[^\\x00]*[^\\x00{WHITESPACE_CLASS}][^\\x00]*$"
+#: A job type: a key that neither starts nor ends with whitespace.
+TYPE_PATTERN = f"^[^\\x00{WHITESPACE_CLASS}](?:[^\\x00]*[^\\x00{WHITESPACE_CLASS}])?$"
+#: An ISO 8601 time whose date is neither 0001-01-01 nor 9999-12-31: its
+#: UTC time may not exist in Python (0001-01-01T00:00+05:00 is in year 0).
+DATE_TIME_IN_RANGE = "^(?!0001-01-01|9999-12-31)"
+
+
+def text(pattern: str, max_length: int, min_length: int = 1) -> dict[str, Any]:
+    return {"type": "string", "minLength": min_length, "maxLength": max_length, "pattern": pattern}
+
+
+TYPE_SCHEMA = text(TYPE_PATTERN, TYPE_MAX_LENGTH)
+QUEUE_SCHEMA = text(QUEUE_NAME_PATTERN, QUEUE_MAX_LENGTH)
+KEY_SCHEMA = text(KEY_PATTERN, IDEMPOTENCY_KEY_MAX_LENGTH)
+AWARE_DATE_TIME_SCHEMA = {"type": "string", "format": "date-time", "pattern": DATE_TIME_IN_RANGE}
+
+
+# drf-spectacular is untyped: its extension registry (__init_subclass__) and
+# the serializer mapping the extension reuses have no annotations.
+class EnqueueRequestExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
+    """``POST /api/jobs``' body: no field but its own, and one start time at most."""
+
+    target_class = "django_durable_jobs.api.serializers.EnqueueSerializer"
+
+    def map_serializer(self, auto_schema: AutoSchema, direction: Any) -> dict[str, Any]:
+        schema: dict[str, Any] = auto_schema._map_basic_serializer(  # type: ignore[no-untyped-call]
+            self.target, direction
+        )
+        for field in schema["properties"].values():
+            # drf-spectacular offers "" beside a patterned string that allows blanks;
+            # these fields take blanks only to refuse them with enqueue()'s words.
+            if field.get("oneOf", [None])[-1] == {"type": "string", "maxLength": 0}:
+                field.update(field.pop("oneOf")[0])
+        # A setting: read when the schema is made, not when the field is declared.
+        schema["properties"]["timeout"]["maximum"] = float(jobs_settings.API_MAX_TIMEOUT_SECONDS)
+        return {
+            **schema,
+            "additionalProperties": False,
+            "not": {"required": ["delay_seconds", "run_at"]},
+        }
+
+
+def _link(operation_id: str, parameter: str, expression: str, description: str) -> dict[str, Any]:
+    return {
+        "operationId": operation_id,
+        "parameters": {parameter: expression},
+        "description": description,
+    }
+
+
+def _job_links(expression: str) -> dict[str, Any]:
+    """Links from a response holding a job (``expression``: where its id is)."""
+    return {
+        "RetrieveJob": _link("jobs_retrieve", "id", expression, "The job, as it is now."),
+        "CancelJob": _link("jobs_cancel_create", "id", expression, "Cancel the job."),
+        "RequeueJob": _link("jobs_requeue_create", "id", expression, "Requeue the job."),
+    }
+
+
+def _queue_links(expression: str) -> dict[str, Any]:
+    return {
+        "PauseQueue": _link("queues_pause_create", "name", expression, "Pause the queue."),
+        "ResumeQueue": _link("queues_resume_create", "name", expression, "Resume the queue."),
+    }
+
+
+JOB = _job_links("$response.body#/id")
+#: ``{operationId: {status code: links}}``.
+LINKS: dict[str, dict[str, dict[str, Any]]] = {
+    "jobs_create": {"201": JOB, "200": JOB},
+    "jobs_list": {"200": _job_links("$response.body#/results/0/id")},
+    "jobs_retrieve": {"200": JOB},
+    "jobs_cancel_create": {"200": JOB, "202": JOB},
+    "jobs_requeue_create": {"200": JOB},
+    "queues_list": {"200": _queue_links("$response.body#/0/name")},
+    "queues_pause_create": {"200": _queue_links("$response.body#/name")},
+    "queues_resume_create": {"200": _queue_links("$response.body#/name")},
+}
+
+
+class JobsAutoSchema(AutoSchema):
+    """drf-spectacular's ``AutoSchema``, with the API's links on its responses."""
+
+    def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        operation: dict[str, Any] | None = super().get_operation(*args, **kwargs)
+        if operation is None:
+            return None
+        for code, links in LINKS.get(operation["operationId"], {}).items():
+            response = operation["responses"].get(code)
+            if response is not None:
+                response["links"] = links
+        return operation
