@@ -2,16 +2,19 @@
 
 The handler is set on the views themselves (``get_exception_handler``), so a
 project does not have to change its global ``REST_FRAMEWORK`` settings for
-the API to answer 401/403/404/405/409/413/415 in this shape. Domain errors
+the API to answer 401/403/404/405/409/413/415, and 503 when the database
+cannot serve a request, in this shape. Domain errors
 are translated here, so views can call ``enqueue()`` and ``operations``
 without a ``try`` around each call.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
+from django.db import InterfaceError, OperationalError
 from rest_framework import status
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.response import Response
@@ -19,6 +22,8 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from ..exceptions import IdempotencyConflict, InvalidJob, InvalidPause
 from ..operations import JobStateError
+
+logger = logging.getLogger("django_durable_jobs.api")
 
 #: ``InvalidJob.field`` names that the REST body spells differently.
 API_FIELD_NAMES = {"delay": "delay_seconds"}
@@ -70,6 +75,21 @@ class TooManyWaiting(APIError):
         )
 
 
+class DatabaseUnavailable(APIError):
+    """The database could not serve the request: unreachable, out of connection slots,
+    restarting, or the statement timed out or deadlocked (``OperationalError``).
+
+    A 503 a client may retry (``Retry-After``), with an idempotency key for an
+    enqueue, rather than Django's HTML 500 page. The driver's message is not
+    repeated: it names hosts, ports and users.
+    """
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "database_unavailable"
+    default_detail = "The database is unavailable; retry later."
+    wait = 1
+
+
 class Conflict(APIError):
     status_code = status.HTTP_409_CONFLICT
     default_code = "conflict"
@@ -113,6 +133,8 @@ def translate(exc: Exception) -> Exception:
         )
     if isinstance(exc, ObjectDoesNotExist):
         return NotFound("No job with this id.")
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        return DatabaseUnavailable()
     return exc
 
 
@@ -129,7 +151,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     Returns ``None`` (a 500) only for exceptions that are neither DRF's,
     Django's 404/PermissionDenied nor the queue's: those are bugs.
     """
-    exc = translate(exc)
+    translated = translate(exc)
+    if isinstance(translated, DatabaseUnavailable):
+        logger.warning("API request failed, database unavailable: %s: %s", type(exc).__name__, exc)
+    exc = translated
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

@@ -125,6 +125,8 @@ class Maintenance:
         self._clock = clock
         #: Monotonic time of the last heartbeat that reached the database (/healthz).
         self.last_heartbeat_ok: float | None = None
+        # When this worker's leases were last extended (or found to be none).
+        self._leases_extended_at: float | None = None
         self._worker_id = worker_id
         self._lease_seconds = lease_seconds
         self._held = held
@@ -221,8 +223,10 @@ class Maintenance:
         """Push back the held jobs' leases; False when none is held (no query)."""
         held = dict(self._held())
         if not held:
+            self._leases_extended_at = self._clock()
             return False
         extended = db.extend_leases(self._alias, held, lease_seconds=self._lease_seconds)
+        self._leases_extended_at = self._clock()
         lost = set(held) - extended
         if lost:
             self._on_lost(lost)
@@ -241,7 +245,20 @@ class Maintenance:
         return requested
 
     def reap(self) -> int:
-        """Return the jobs of expired leases to pending or dead; how many."""
+        """Return the jobs of expired leases to pending or dead; how many.
+
+        This worker's own leases are extended first when no heartbeat has
+        done so for an interval: after the database was out of reach for
+        longer than a lease, they have expired like a dead worker's, but
+        this worker is alive and holds them (their outcomes may be waiting
+        in its completer). Reaped by its own reaper, due before its next
+        heartbeat, they would run again. (Another worker's reaper may still
+        reach them first; see the guarantees' page on outages.)
+        """
+        since = self._leases_extended_at
+        stale = since is None or self._clock() - since >= self.heartbeat_interval
+        if stale and self._extend_leases():
+            self.last_heartbeat_ok = self._clock()
         cancelled_children: set[uuid.UUID] = set()
         reaped_jobs = db.reap(
             self._alias,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import socket
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -500,6 +501,36 @@ def test_health_is_a_503_when_the_database_does_not_answer(
         "database_unavailable",
     )
     assert "10.0.0.1" not in response.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_unreachable_database_is_a_json_503_not_an_html_500() -> None:
+    # What the chaos suite saw with the server's connections all taken
+    # ("remaining connection slots are reserved"): Django's HTML error page.
+    staff = make_user("staff", staff=True)
+    connection = connections["default"]
+    port = connection.settings_dict["PORT"]
+    with socket.socket() as probe:  # a port nothing listens on: connecting is refused
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    connection.close()
+    connection.settings_dict["PORT"] = str(closed)
+    try:
+        for method, path in (("post", "/api/jobs"), ("get", "/api/jobs"), ("get", "/api/queues")):
+            body = (
+                {"type": TYPE, "payload": {}, "idempotency_key": "k"} if method == "post" else None
+            )
+            response = getattr(Client(), method)(
+                path, body, content_type="application/json", **basic(staff)
+            )
+            assert response.status_code == 503, (path, response.content[:200])
+            assert response["Content-Type"] == "application/json"
+            assert response["Retry-After"] == "1"
+            assert response.json()["error"] == "database_unavailable"
+            assert str(closed) not in response.content.decode()  # no connection details
+    finally:
+        connection.close()
+        connection.settings_dict["PORT"] = port
 
 
 # --- security ----------------------------------------------------------------------------

@@ -394,6 +394,33 @@ def test_heartbeats_extend_held_leases_and_report_lost_ones() -> None:
     assert stolen.pk == stolen_id
 
 
+def test_a_worker_s_reaper_extends_its_own_expired_leases_instead_of_reaping_them() -> None:
+    # The database was out of reach for longer than the lease: this worker's
+    # heartbeats failed and its leases expired, but it is alive and holds the
+    # attempts (their outcomes wait in its completer). Its own reaper, due
+    # before its next heartbeat, must not return them to pending to run again.
+    mine = enqueue("tests.record").job
+    enqueue("tests.record")  # a dead worker's
+    mine_claim, orphan_claim = claim_directly("me"), claim_directly("ghost")
+    if mine_claim.id != mine.pk:
+        mine_claim, orphan_claim = orphan_claim, mine_claim
+    expire(mine_claim.id)
+    expire(orphan_claim.id)
+    held = {mine_claim.id: mine_claim.lease_token}
+    maintenance = Maintenance(
+        "default", "me", 30.0, lambda: held, lambda lost: None, RetryPolicy(0.01, 0.05, 0.1), 20
+    )
+    assert maintenance.reap() == 1  # the dead worker's job only
+    kept = Job.objects.get(pk=mine_claim.id)
+    assert (kept.status, kept.lease_token) == (JobStatus.RUNNING, mine_claim.lease_token)
+    assert kept.lease_expires_at > kept.started_at + timedelta(seconds=20)
+    assert Job.objects.get(pk=orphan_claim.id).status == JobStatus.PENDING
+    # Another worker's reaper still takes an expired lease of this one.
+    expire(mine_claim.id)
+    assert reaper().reap() == 1
+    assert Job.objects.get(pk=mine_claim.id).status == JobStatus.PENDING
+
+
 # --- shutdown -----------------------------------------------------------------
 
 
