@@ -10,6 +10,7 @@ package) they fail instead, so CI cannot pass by skipping.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -40,7 +41,8 @@ def run(*command: str) -> subprocess.CompletedProcess[str]:
 def test_the_alert_rules_load(promtool: str) -> None:
     result = run(promtool, "check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    rules = len(re.findall(r"- alert: (\w+)", RULES.read_text()))
+    assert rules >= 7 and f"SUCCESS: {rules} rules found" in result.stdout
 
 
 def test_each_alert_fires_when_it_should_and_only_then(promtool: str) -> None:
