@@ -97,10 +97,11 @@ def test_a_count_past_the_cap_is_the_planners_estimate(
         cursor.execute("ANALYZE durable_jobs_job")
     bulk = queue_overview(["bulk"])["bulk"]
     assert bulk.pending.estimated and 1_000 <= bulk.pending.value <= 1_500
-    assert str(bulk.pending).startswith("~1.")  # ~1.2k
+    # The planner's estimate from ANALYZE's sample: ~1k or ~1.2k, never the exact 1,200.
+    assert re.fullmatch(r"~1(\.\d)?k", str(bulk.pending))
     assert not bulk.dead.estimated and bulk.dead.value == 3
     cell = cells(admin_client.get(QUEUES).content.decode(), "pending_jobs")["bulk"]
-    assert "~1." in cell and "estimate" in cell
+    assert re.search(r"~1(\.\d)?k", cell) and "estimate" in cell
 
 
 def test_the_oldest_runnable_pending_job_over_every_priority(admin_client: Client) -> None:

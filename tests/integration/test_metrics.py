@@ -340,14 +340,16 @@ def test_multiprocess_mode_adds_up_the_processes(tmp_path: Path) -> None:
 def test_an_outcome_that_cannot_be_written_is_counted_once_and_as_unrecorded(
     queue: str,
 ) -> None:
-    job = enqueue("tests.record", {"sleep": 0.5}, queue=queue).job
+    # Long enough that the takeover below lands while the handler still runs, on a busy machine too.
+    job = enqueue("tests.record", {"sleep": 3.0}, queue=queue).job
     before = value(scrape(), "durable_jobs_outcomes_unrecorded_total")
     running = RunningWorker(config(burst=False, lease_seconds=30.0, queues=frozenset({queue})))
     worker = running.worker
     try:
         wait_until(lambda: value(scrape(), "durable_jobs_in_flight", queue=queue) == 1)
         # Another worker took the job over meanwhile: this worker's write is fenced out.
-        Job.objects.filter(pk=job.pk).update(lease_token=uuid.uuid4())
+        taken_over = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, completed_at=None)
+        assert taken_over.update(lease_token=uuid.uuid4()) == 1
         processed = "durable_jobs_processed_total"
         labels = {"queue": queue, "type": "tests.record", "result": "completed"}
         wait_until(lambda: value(scrape(), processed, **labels) == 1)
