@@ -44,6 +44,9 @@ class Completer:
         # may interrupt the main thread while it holds this lock.
         self._cond = threading.Condition(threading.RLock())
         self._stopping = False
+        # Set while a batch cannot be written for connection trouble: the
+        # loop claims nothing meanwhile (see ``failing``).
+        self._failing = False
         self._thread = threading.Thread(
             target=self._run, name="durable-jobs-completer", daemon=True
         )
@@ -65,6 +68,17 @@ class Completer:
         """Outcomes handed over but not yet written."""
         with self._cond:
             return len(self._pending) + self._writing
+
+    @property
+    def failing(self) -> bool:
+        """Whether the last write failed for connection trouble and is being retried.
+
+        The claim may still work meanwhile (its connection is another one), so a
+        worker that kept claiming would run jobs whose outcomes pile up
+        unwritten, up to the backlog cap, each of them to be run again if the
+        worker dies before the database is back. The loop stops claiming instead.
+        """
+        return self._failing
 
     def flush(self, timeout: float) -> bool:
         """Wait until every outcome submitted so far is written; False on timeout."""
@@ -109,8 +123,11 @@ class Completer:
         delay = RETRY_BASE_SECONDS
         while True:
             try:
-                return self._finish(batch)
+                written = self._finish(batch)
+                self._failing = False
+                return written
             except (OperationalError, InterfaceError) as exc:
+                self._failing = True
                 logger.warning(
                     "Could not record %s outcome(s), retrying in %.1fs: %s", len(batch), delay, exc
                 )
@@ -121,6 +138,7 @@ class Completer:
                         "and the reaper will retry them.",
                         len(batch),
                     )
+                    self._failing = False
                     return set()
                 time.sleep(delay)
                 delay = min(RETRY_CAP_SECONDS, delay * 2)

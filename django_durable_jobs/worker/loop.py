@@ -400,6 +400,10 @@ class Worker:
                 if self.completer.backlog() >= max_backlog:
                     self._sleep(0.01)
                     continue
+                if self.completer.failing:
+                    # Outcomes cannot be written: claim nothing more until they can.
+                    self._sleep(0.05)
+                    continue
                 # Whether jobs were in flight when this claim began: their
                 # ends may free a slot a limit or a busy key held.
                 ran_before = self.attempts.busy()

@@ -7,6 +7,7 @@ hence ``transaction=True`` throughout.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -14,7 +15,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test import override_settings
 
 from django_durable_jobs import db as gateway
@@ -589,3 +590,38 @@ def test_a_lease_that_missed_its_extension_only_because_the_job_finished_is_not_
         f"Lease lost for job {running_id}: it was reaped; this worker's outcome will not be "
         "recorded"
     ]
+
+
+def test_a_worker_claims_nothing_while_its_outcomes_cannot_be_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the connection-exhaustion chaos scenario: a worker whose claim
+    connection survived kept claiming (up to the backlog cap, 1,000 jobs) while its
+    completer could not write a single outcome, so a kill then ran them all again."""
+    real = gateway.record_outcomes
+    down = threading.Event()
+    down.set()
+    refused = threading.Event()
+
+    def record_outcomes(*args: Any, **kwargs: Any) -> set[uuid.UUID]:
+        if down.is_set():
+            refused.set()
+            raise OperationalError("server closed the connection unexpectedly (test)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gateway, "record_outcomes", record_outcomes)
+    monkeypatch.setattr("django_durable_jobs.worker.completer.RETRY_CAP_SECONDS", 0.2)
+    enqueue("tests.record")
+    running = RunningWorker(worker_config(burst=False))
+    try:
+        wait_until(refused.is_set, what="a refused outcome write")
+        enqueue_many([{"type": "tests.record"}] * 20)
+        time.sleep(1.0)  # twenty polls
+        assert Job.objects.filter(status=JobStatus.PENDING).count() == 20
+        down.clear()
+        wait_until(
+            lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() == 21,
+            what="every job completed once the outcomes could be written",
+        )
+    finally:
+        running.stop()
