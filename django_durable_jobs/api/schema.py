@@ -120,8 +120,39 @@ LINKS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
+#: The 503 every operation may answer (``errors.DatabaseUnavailable``).
+UNAVAILABLE_DESCRIPTION = (
+    "The database is unavailable (unreachable, out of connection slots, restarting): "
+    "error database_unavailable. Retry after Retry-After seconds (an enqueue with the "
+    "same idempotency key)."
+)
+RETRY_AFTER = {
+    "schema": {"type": "integer"},
+    "description": "Seconds to wait before asking again.",
+}
+ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def _declare_unavailable(responses: dict[str, Any]) -> None:
+    """Add the database's 503 to an operation's responses, beside a 503 of its own."""
+    own = responses.get("503")
+    if own is None:
+        responses["503"] = {
+            "headers": {"Retry-After": RETRY_AFTER},
+            "content": {"application/json": {"schema": ERROR}},
+            "description": UNAVAILABLE_DESCRIPTION,
+        }
+        return
+    media = own.setdefault("content", {}).setdefault("application/json", {})
+    if "schema" in media and media["schema"] != ERROR:
+        # anyOf, not oneOf: the plain error body is a subset of the other.
+        media["schema"] = {"anyOf": [media["schema"], ERROR]}
+    own["description"] = f"{own.get('description', '')} Or: {UNAVAILABLE_DESCRIPTION}".strip()
+
+
 class JobsAutoSchema(AutoSchema):
-    """drf-spectacular's ``AutoSchema``, with the API's links on its responses."""
+    """drf-spectacular's ``AutoSchema``, with the API's links on its responses, and
+    the 503 that any operation answers when the database cannot serve it."""
 
     def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         operation: dict[str, Any] | None = super().get_operation(*args, **kwargs)
@@ -131,4 +162,7 @@ class JobsAutoSchema(AutoSchema):
             response = operation["responses"].get(code)
             if response is not None:
                 response["links"] = links
+        if operation["operationId"] != "health_retrieve":
+            # /healthz answers its own 503 (a Health body) when the database is down.
+            _declare_unavailable(operation["responses"])
         return operation

@@ -104,7 +104,10 @@ def count(
         attempts_run = sorted(runs.get(pk, []))
         if status in UNFINISHED:
             stuck.append(pk)
-        elif status != expected.get(pk, JobStatus.COMPLETED) or not attempts_run:
+        elif status != expected.get(pk, JobStatus.COMPLETED) or (
+            status == JobStatus.COMPLETED and not attempts_run
+        ):
+            # An expected dead job may have no run: all its attempts lost unrun.
             lost.append(pk)
         if exact and len(attempts_run) - 1 > in_flight.get(pk, 0):  # type: ignore[union-attr]
             beyond.append(pk)

@@ -62,10 +62,12 @@ def test_poison_jobs_end_dead_and_the_rest_flows(
         job = Job.objects.using(database.alias).get(pk=pk)
         assert (job.status, job.attempts) == (JobStatus.DEAD, POISON_ATTEMPTS), tally.line()
         assert job.last_error.startswith("Abandoned"), job.last_error
-        # An attempt may be lost unrun: claimed by a worker the other poison job killed.
+        # An attempt may be lost unrun: claimed (started, or still in the claim-ahead
+        # buffer) by a worker that another poison job killed. With five of them, a
+        # long run saw one lose all three attempts so, without ever running.
         runs = Execution.objects.using(database.alias).filter(job_id=pk).count()
-        assert 1 <= runs <= POISON_ATTEMPTS, (pk, runs)
+        assert 0 <= runs <= POISON_ATTEMPTS, (pk, runs)
         poison_runs.append(runs)
     # Every crash was a poison job's run; runs of two of them may share one, not of one.
-    assert max(poison_runs) <= fleet.kills <= sum(poison_runs), tally.line()
+    assert 1 <= max(poison_runs) <= fleet.kills <= sum(poison_runs), tally.line()
     check(tally, fleet.tails)

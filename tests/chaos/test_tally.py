@@ -30,7 +30,8 @@ def test_the_tally_tells_lost_stuck_repeated_and_unexplained_runs_apart(
     database: Database,
 ) -> None:
     alias = database.alias
-    names = ["fine", "never_ran", "died", "pending", "rerun", "twice", "silent", "dead_poison"]
+    names = ["fine", "never_ran", "died", "pending", "rerun", "twice", "silent", "dead_poison",
+             "dead_unrun"]  # fmt: skip
     ids = dict(
         zip(
             names,
@@ -54,17 +55,24 @@ def test_the_tally_tells_lost_stuck_repeated_and_unexplained_runs_apart(
     finish("twice", JobStatus.COMPLETED, [1, 1])  # one attempt run twice
     finish("silent", JobStatus.COMPLETED, [1, 2])  # no failure recorded for attempt 1
     finish("dead_poison", JobStatus.DEAD, [1, 2], failed=(1, 2))
+    # A poison job whose attempts were all lost unrun (claimed by workers another killed).
+    Job.objects.using(alias).filter(pk=ids["dead_unrun"]).update(
+        status=JobStatus.DEAD,
+        attempts=3,
+        errors=[{"attempt": a, **LEASE_EXPIRED} for a in (1, 2, 3)],
+    )
     in_flight: Counter[uuid.UUID] = Counter({ids["rerun"]: 1, ids["dead_poison"]: 2})
 
     tally = count(
         alias, "tally", "short", time.monotonic(), jobs=ids.values(), in_flight=in_flight,
-        expected={ids["dead_poison"]: JobStatus.DEAD},
+        expected={ids["dead_poison"]: JobStatus.DEAD, ids["dead_unrun"]: JobStatus.DEAD},
     )  # fmt: skip
-    assert (tally.jobs, tally.executions, tally.duplicates) == (8, 10, 4)
+    assert (tally.jobs, tally.executions, tally.duplicates) == (9, 10, 4)
     assert (tally.lost, tally.stuck, tally.allowed) == (2, 1, 3)  # never_ran, died; pending
     problems = "\n".join(tally.problems)
     for name in ("never_ran", "died", "pending"):
         assert str(ids[name]) in problems, name
+    assert str(ids["dead_unrun"]) not in problems
     beyond = next(p for p in tally.problems if "more often than kills" in p)
     assert str(ids["twice"]) in beyond and str(ids["silent"]) in beyond
     assert str(ids["rerun"]) not in beyond and str(ids["dead_poison"]) not in beyond

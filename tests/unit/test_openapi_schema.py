@@ -37,3 +37,28 @@ def test_committed_schema_describes_every_endpoint() -> None:
         "/api/health/:",
     ):
         assert f"\n  {path}\n" in text, path
+
+
+def test_every_operation_declares_the_databases_503() -> None:
+    """The API answers a database it cannot reach with a JSON 503 (database_unavailable,
+    Retry-After) on every operation; the schema says so, so that clients and
+    schemathesis expect it. /api/health/ has its own 503, a Health body."""
+    import yaml
+
+    schema = yaml.safe_load(COMMITTED.read_text())
+    error = {"$ref": "#/components/schemas/Error"}
+    operations = [
+        (path, method, operation)
+        for path, item in schema["paths"].items()
+        for method, operation in item.items()
+    ]
+    assert len(operations) >= 11
+    for path, method, operation in operations:
+        unavailable = operation["responses"].get("503")
+        assert unavailable is not None, f"{method.upper()} {path} declares no 503"
+        if path == "/api/health/":
+            continue
+        assert "database_unavailable" in unavailable["description"], (method, path)
+        assert "Retry-After" in unavailable["headers"], (method, path)
+        body = unavailable["content"]["application/json"]["schema"]
+        assert body == error or error in body.get("anyOf", []), (method, path, body)
