@@ -243,6 +243,12 @@ class AttemptSpan:
         span.end()
 
 
+def _no_sdk() -> bool:
+    """Whether no tracer provider is set: the API's proxy (or no-op) makes no spans."""
+    provider = trace.get_tracer_provider()
+    return isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
 def _parent(job: ClaimedJob) -> tuple[Any, Any]:
     """``(parent context, links)`` of an attempt's span (see the module docstring)."""
     creation = None
@@ -267,6 +273,11 @@ def start_attempt(job: ClaimedJob, worker_id: str) -> AttemptSpan | None:
     to pass on (the API without an SDK).
     """
     if not jobs_settings.TRACING:
+        return None
+    if job.trace_context is None and _no_sdk():
+        # The API alone, and nothing to pass on: the span would be an invalid
+        # no-op one. Building it cost about 7 us a job (its attributes, the
+        # proxy tracer), 15 % of a no-op job's worker CPU.
         return None
     parent, links = _parent(job)
     span = _get_tracer().start_span(
