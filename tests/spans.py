@@ -18,6 +18,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from django_durable_jobs import tracing
+
 _exporter = InMemorySpanExporter()
 _lock = threading.Lock()
 _installed = False
@@ -41,6 +43,8 @@ def _install() -> None:
             provider = TracerProvider()
             provider.add_span_processor(_processor)
             trace.set_tracer_provider(provider)
+            # An attempt in the last second may have found none (tracing._no_sdk).
+            tracing.forget_provider_check()
             _installed = True
 
 

@@ -109,6 +109,8 @@ def test_without_an_sdk_an_attempt_with_nothing_to_pass_on_builds_no_span(
     from django_durable_jobs import tracing
 
     monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+    monkeypatch.setattr(tracing, "_provider_set", False)
+    monkeypatch.setattr(tracing, "_no_provider_checked_at", float("-inf"))
     built: list[str] = []
 
     def tracer() -> trace.Tracer:
@@ -124,3 +126,10 @@ def test_without_an_sdk_an_attempt_with_nothing_to_pass_on_builds_no_span(
     span = tracing.start_attempt(carried, "w-1")
     assert built == ["tracer"] and span is not None
     span.end("completed", None)
+    # A provider set later is seen within NO_PROVIDER_RECHECK_SECONDS, and then for good.
+    monkeypatch.setattr(trace, "get_tracer_provider", object)
+    assert tracing._no_sdk()  # "none" is remembered for a moment
+    monkeypatch.setattr(tracing, "_no_provider_checked_at", float("-inf"))
+    assert not tracing._no_sdk()
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+    assert not tracing._no_sdk()
