@@ -123,9 +123,9 @@ class Completer:
         delay = RETRY_BASE_SECONDS
         while True:
             try:
-                written = self._finish(batch)
+                recorded = self._finish(batch)
                 self._failing = False
-                return written
+                return recorded
             except (OperationalError, InterfaceError) as exc:
                 self._failing = True
                 logger.warning(
@@ -143,6 +143,10 @@ class Completer:
                 time.sleep(delay)
                 delay = min(RETRY_CAP_SECONDS, delay * 2)
             except DatabaseError:
+                # The database answered (it refused a row): not connection
+                # trouble, and the loop must not wait for a write that may
+                # never come.
+                self._failing = False
                 if len(batch) == 1:
                     logger.exception(
                         "Could not record the outcome of job %s; its lease will expire "

@@ -625,3 +625,26 @@ def test_a_worker_claims_nothing_while_its_outcomes_cannot_be_written(
         )
     finally:
         running.stop()
+
+
+def test_a_row_the_database_refuses_after_an_outage_does_not_leave_claims_paused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The claim pause lasts while outcomes cannot be written for connection trouble;
+    a refusal of the database itself (it answered) ends it, or a worker whose last
+    outcome was refused would claim nothing ever again."""
+    from django.db import DataError
+
+    from django_durable_jobs.worker import completer as completer_module
+
+    answers: list[Exception] = [OperationalError("connection lost (test)"), DataError("(test)")]
+
+    def record_outcomes(*args: Any, **kwargs: Any) -> set[uuid.UUID]:
+        raise answers.pop(0)
+
+    monkeypatch.setattr(gateway, "record_outcomes", record_outcomes)
+    monkeypatch.setattr(completer_module, "RETRY_BASE_SECONDS", 0.01)
+    writer = completer_module.Completer("default", 10, lambda batch, written: None)
+    outcome = Outcome(uuid.uuid4(), uuid.uuid4(), Transition.COMPLETE)
+    assert writer._write([outcome]) == set()
+    assert answers == [] and not writer.failing
