@@ -163,6 +163,6 @@ class JobsAutoSchema(AutoSchema):
             if response is not None:
                 response["links"] = links
         if operation["operationId"] != "health_retrieve":
-            # /healthz answers its own 503 (a Health body) when the database is down.
+            # /api/health/ answers its own 503 (a Health body) when the database is down.
             _declare_unavailable(operation["responses"])
         return operation
