@@ -55,12 +55,14 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from . import db, operations
+from . import audit, db, operations
+from .authorization import Actor
 from .exceptions import Discard, DurableJobsError
-from .models import Job, JobStatus
+from .models import AuditEntry, Job, JobStatus
 
 if TYPE_CHECKING:
     from .context import JobContext
+    from .enqueueing import EnqueueResult
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +80,7 @@ __all__ = [
     "run",
     "run_job",
     "search_condition",
+    "start",
 ]
 
 #: The built-in job types the admin enqueues (``django_durable_jobs/jobs.py``).
@@ -362,6 +365,7 @@ def run(
     on_batch: Callable[[BulkProgress], object] | None = None,
     using: str | None = None,
     resume: BulkProgress | None = None,
+    actor: Actor | None = None,
 ) -> BulkProgress:
     """Apply ``operation`` (``"requeue"`` or ``"cancel"``) to every job ``job_filter`` matches.
 
@@ -374,8 +378,14 @@ def run(
     cancel there). ``resume`` continues a run from its progress. Returns the
     final progress (``done`` True). ``InvalidFilter`` for a status the
     operation does not apply to or a bad ``batch_size``.
+
+    ``actor`` (``manage.py jobs ... --all``): needs the operation's
+    permission; the run is recorded in the audit trail when it starts
+    (filter, matched) and its entry completed when it ends (changed).
     """
     apply = _check_operation(operation, job_filter)
+    if actor is not None:
+        actor.require(f"bulk_{operation}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int):
         raise InvalidFilter("batch_size", f"must be an integer, not {batch_size!r}")
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
@@ -390,6 +400,12 @@ def run(
     else:
         matched, estimate = count_or_estimate(matching)
         progress = BulkProgress(operation, job_filter, matched, estimate)
+    entry = None
+    if actor is not None:
+        # Committed before the first batch: a run that dies half way is on the trail.
+        (entry,) = audit.record(
+            actor, f"bulk_{operation}", using=alias, details=_audit_details(progress)
+        )
     while True:
         page = walked
         if progress.cursor is not None:
@@ -418,6 +434,9 @@ def run(
             if on_batch is not None:
                 on_batch(progress)
     progress.done = True
+    if entry is not None:
+        entry.details = _audit_details(progress)
+        entry.save(using=alias, update_fields=["details"])
     logger.info(
         "Bulk %s done filter=%s %s",
         operation,
@@ -487,6 +506,72 @@ def cancel_matching(
     return run("cancel", job_filter, batch_size=batch_size, on_batch=on_batch, using=using)
 
 
+def _audit_details(progress: BulkProgress) -> dict[str, Any]:
+    """A bulk run as its audit entry tells it: the filter, matched at the start, changed."""
+    data = progress.as_dict()
+    return {
+        "filter": data["filter"],
+        "matched": progress.matched,
+        "matched_is_estimate": progress.matched_is_estimate,
+        "changed": progress.changed,
+        "done": progress.done,
+    }
+
+
+def start(
+    operation: str,
+    job_filter: JobFilter,
+    *,
+    actor: Actor,
+    token: uuid.UUID,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    using: str | None = None,
+) -> EnqueueResult:
+    """Start a bulk ``operation`` as a durable job (the admin's door); one job per ``token``.
+
+    ``actor`` needs the operation's permission (``PermissionDenied``). The
+    job and its audit entry (who, the filter, how many matched) commit
+    together; the job completes the entry with the count it changed.
+    ``token`` becomes the idempotency key, so a form sent twice starts one
+    run (``created`` False the second time).
+    """
+    from .enqueueing import enqueue_own
+
+    actor.require(f"bulk_{operation}")
+    job_type, payload = bulk_job_payload(
+        operation, job_filter, batch_size=batch_size, requested_by=actor.name
+    )
+    alias = db.database_alias(using)
+    with transaction.atomic(using=alias):
+        result = enqueue_own(
+            job_type, payload, idempotency_key=f"durable_jobs.bulk:{token}", using=alias
+        )
+        if result.created:
+            matched, estimate = count_or_estimate(job_filter.queryset(alias))
+            progress = BulkProgress(operation, job_filter, matched, estimate)
+            audit.record(
+                actor,
+                f"bulk_{operation}",
+                using=alias,
+                jobs=[result.job.pk],
+                details=_audit_details(progress),
+            )
+    return result
+
+
+def _complete_audit_entry(job_id: uuid.UUID, progress: BulkProgress, alias: str) -> None:
+    """The bulk job's entry gets the final count (the run's outcome, once)."""
+    entry = (
+        AuditEntry.objects.using(alias)
+        .filter(job_id=job_id, action=f"bulk_{progress.operation}")
+        .order_by("at", "id")
+        .first()
+    )
+    if entry is not None:
+        entry.details = {**entry.details, **_audit_details(progress)}
+        entry.save(using=alias, update_fields=["details"])
+
+
 def bulk_job_payload(
     operation: str,
     job_filter: JobFilter,
@@ -540,4 +625,5 @@ def run_job(ctx: JobContext, operation: str) -> dict[str, Any]:
         )
     except InvalidFilter as exc:
         raise Discard(f"invalid bulk {operation} payload: {exc}") from None
+    _complete_audit_entry(ctx.id, final, alias)
     return final.as_dict()

@@ -124,6 +124,14 @@ def _retention(value: Any) -> bool:
     return True
 
 
+def _names_or_none(value: Any) -> bool:
+    # The shape only: each name is checked by durable_jobs.E010, which names it.
+    return value is None or (
+        isinstance(value, (list, tuple, set, frozenset))
+        and all(isinstance(name, str) for name in value)
+    )
+
+
 def _schedules(value: Any) -> bool:
     # The shape only: each entry's contents are checked by durable_jobs.E007,
     # which names the schedule and the problem.
@@ -275,8 +283,43 @@ SETTINGS: dict[str, Setting] = {
         "True or False",
         "Whether the REST API enqueues job types no handler is registered for in this process.",
     ),
+    "API_ENQUEUE_TYPES": Setting(
+        None,
+        _names_or_none,
+        "None, or a list of job type names (a name ending in '.*' matches a prefix)",
+        "The job types POST /api/jobs accepts. None: every registered type except the "
+        "package's own and those declared with a schedule. Checked by E010 and W011.",
+    ),
+    "API_ENQUEUE_QUEUES": Setting(
+        None,
+        _names_or_none,
+        "None, or a list of queue names",
+        "The queues a POST /api/jobs may name. None: the declared ones (DEFAULT_QUEUE, the "
+        "keys of QUEUES, the queues of registered handlers). Checked by E010.",
+    ),
+    "API_MAX_PRIORITY": Setting(
+        0,
+        _priority,
+        "an integer from -32768 to 32767",
+        "Highest priority a POST /api/jobs may ask for (400 above it): by default REST "
+        "callers may lower their jobs' priority, not jump ahead of the default.",
+    ),
+    "API_MAX_ATTEMPTS": Setting(
+        25,
+        _max_attempts,
+        "an integer >= 1",
+        "Most attempts a POST /api/jobs may ask for (400 above it).",
+    ),
+    "CLI_REQUIRE_USER": Setting(
+        False,
+        _bool,
+        "True or False",
+        "Whether `manage.py jobs` must be told which Django user acts (--user or "
+        "$DURABLE_JOBS_USER), whose permissions it then checks; False: without one, the OS "
+        "login is recorded in the audit trail and nothing is checked.",
+    ),
     "API_PERMISSION_CLASSES": Setting(
-        ("django_durable_jobs.api.permissions.IsStaffOrHasJobPermission",),
+        ("django_durable_jobs.api.permissions.HasJobPermission",),
         _import_strings,
         "a non-empty list or tuple of dotted import paths of DRF permission classes",
         "DRF permission classes that guard every REST endpoint but health (all must allow).",

@@ -74,6 +74,8 @@ QUEUE_STATUS_STATISTICS = "durable_jobs_queue_status_stats"
 IDEMPOTENCY_CONSTRAINT = "durable_jobs_idempotency_key_uniq"
 DEPENDENCY_UNIQUE = "durable_jobs_dep_uniq"
 DEPENDENCY_PARENT_INDEX = "durable_jobs_dep_parent_idx"
+AUDIT_JOB_INDEX = "durable_jobs_audit_job_idx"
+AUDIT_QUEUE_INDEX = "durable_jobs_audit_queue_idx"
 #: The most parents one job may wait for (``depends_on``).
 DEPENDS_ON_MAX = 10_000
 # A cancel of a running job is NOTIFYed on the queue's channel with this

@@ -145,6 +145,19 @@ def enqueue(
     return insert_specs(db.database_alias(using), [spec])[0]
 
 
+def enqueue_own(
+    type: str, payload: dict[str, Any], *, idempotency_key: str, using: str | None = None
+) -> EnqueueResult:
+    """Enqueue one of the package's own job types (``durable_jobs.*``: bulk runs).
+
+    ``enqueue()`` refuses those types to everyone else, so that whoever may
+    enqueue cannot start a bulk cancel of every job: ``bulk.start`` is the
+    one caller, after checking its actor's permission.
+    """
+    spec = build_spec(type, payload, idempotency_key=idempotency_key, own_type=True)
+    return insert_specs(db.database_alias(using), [spec])[0]
+
+
 def enqueue_many(
     jobs: Iterable[Mapping[str, Any]], *, using: str | None = None
 ) -> list[EnqueueResult]:

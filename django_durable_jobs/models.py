@@ -8,6 +8,7 @@ everywhere else.
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime, timedelta
 
@@ -18,7 +19,10 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from .authorization import JOB_PERMISSIONS
 from .constants import (
+    AUDIT_JOB_INDEX,
+    AUDIT_QUEUE_INDEX,
     CLAIM_INDEX,
     CLAIM_KEYED_INDEX,
     CLAIM_QUEUE_INDEX,
@@ -227,6 +231,8 @@ class Job(models.Model):
     class Meta:
         verbose_name = _("job")
         verbose_name_plural = _("jobs")
+        # One per operator action, checked at every door (authorization.py).
+        permissions = JOB_PERMISSIONS
         indexes = [
             # Serves the claim: pending jobs in claim order. `available_at <=
             # now()` cannot be part of a partial index (now() is not
@@ -647,3 +653,82 @@ class QueueState(models.Model):
     def is_paused_at(self, now: datetime) -> bool:
         """Whether this row reads as paused at ``now`` (the rule of ``paused()``, in Python)."""
         return self.paused_at is not None and (self.paused_until is None or self.paused_until > now)
+
+
+class AuditAction(models.TextChoices):
+    """What an operator did: the keys of ``authorization.ACTION_PERMISSIONS``."""
+
+    REQUEUE = "requeue", _("requeue")
+    RETRY_FROM_STEP = "retry_from_step", _("retry from step")
+    CANCEL = "cancel", _("cancel")
+    RUN_NOW = "run_now", _("run now")
+    PAUSE = "pause", _("pause")
+    RESUME = "resume", _("resume")
+    BULK_REQUEUE = "bulk_requeue", _("bulk requeue")
+    BULK_CANCEL = "bulk_cancel", _("bulk cancel")
+    EMIT = "emit", _("emit event")
+
+
+class AuditEntry(models.Model):
+    """One operator action: who, when, through which door, what it touched.
+
+    Written in the transaction of the change itself (``audit.record``), so a
+    change without its entry, or an entry without its change, cannot
+    commit. Never written by the worker's claim or outcome paths.
+
+    ``job_id`` is not a foreign key: the trail outlives pruned jobs. The
+    user is kept as its primary key and name, not a foreign key either:
+    the entry outlives the user too, and the queue's database may not be
+    the users' (``DURABLE_JOBS["DATABASE"]``).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    at = models.DateTimeField(_("at"), default=timezone.now, db_index=True)
+    action = models.CharField(_("action"), max_length=32, choices=AuditAction.choices)
+    door = models.CharField(_("door"), max_length=16, help_text=_("admin, rest, cli or python."))
+    actor = models.CharField(
+        _("actor"),
+        max_length=200,
+        help_text=_("The username; token:<username> for a DRF token; os:<login> for the CLI."),
+    )
+    user_pk = models.CharField(_("user id"), max_length=64, null=True, blank=True)  # noqa: DJ001
+    address = models.GenericIPAddressField(_("client address"), null=True, blank=True)
+    job_id = models.UUIDField(_("job"), null=True, blank=True)
+    queue = models.CharField(  # noqa: DJ001
+        _("queue"), max_length=QUEUE_MAX_LENGTH, null=True, blank=True
+    )
+    details = models.JSONField(
+        _("details"),
+        default=dict,
+        blank=True,
+        help_text=_("The pause's end, a bulk run's filter and count, the step retried from..."),
+    )
+
+    class Meta:
+        db_table = "durable_jobs_audit"
+        ordering = ["-at", "-id"]
+        verbose_name = _("audit entry")
+        verbose_name_plural = _("audit trail")
+        default_permissions = ("view",)
+        indexes = [
+            # A job's History page and ?job=; a queue's page and ?queue=.
+            models.Index(
+                fields=["job_id", "-at"],
+                name=AUDIT_JOB_INDEX,
+                condition=Q(job_id__isnull=False),
+            ),
+            models.Index(
+                fields=["queue", "-at"],
+                name=AUDIT_QUEUE_INDEX,
+                condition=Q(queue__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        target = self.job_id or self.queue or ""
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {target}".rstrip()
+
+    @property
+    def details_text(self) -> str:
+        """``details`` as compact JSON, keys sorted: what the History pages show."""
+        return json.dumps(self.details, sort_keys=True, default=str, separators=(", ", ": "))

@@ -62,6 +62,19 @@ def _remember(seen: set[str], value: str) -> None:
         seen.add(value)
 
 
+#: The package's own job types (bulk runs) start with it: no one else may
+#: enqueue them (``enqueue()``, REST, the Tasks backend) or register one.
+OWN_TYPE_PREFIX = "durable_jobs."
+
+
+def own_type_message(name: str) -> str:
+    return (
+        f"{name!r} is one of django-durable-jobs' own job types (names starting with "
+        f"{OWN_TYPE_PREFIX!r}): only the package starts them (a bulk run starts from the "
+        "admin or `manage.py jobs requeue --all` / `cancel --all`)."
+    )
+
+
 def validate_type(value: Any) -> str:
     """A job type: a non-empty string of at most 255 characters, no surrounding blanks."""
     if value.__class__ is str and value in _VALID_TYPES:

@@ -4,6 +4,11 @@ The REST API, the admin and the CLI all call these, so a rule (which
 states a job may leave, what is reset) lives in one place. Each one is a
 single conditional UPDATE: the state check and the change cannot be
 separated by a worker's claim.
+
+The doors pass an ``actor`` (``authorization.Actor``): its permission for
+the operation is checked here, and each job changed gets an audit entry in
+the same transaction. Without one (the package's own bulk runs, which
+record their run as a whole), nothing is checked or recorded.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from . import db, hooks
+from . import audit, db, hooks
+from .authorization import Actor
 from .exceptions import DurableJobsError
 from .models import Job, JobStatus
 
@@ -47,6 +53,8 @@ class JobStateError(DurableJobsError):
 
 
 _PAST = {"requeue": "requeued", "cancel": "cancelled", "run now": "run now"}
+#: Operation -> its action in authorization.py and the audit trail.
+ACTIONS = {"requeue": "requeue", "cancel": "cancel", "run now": "run_now"}
 
 
 @dataclass
@@ -91,10 +99,17 @@ def _changes(operation: str) -> tuple[tuple[str, ...], dict[str, Any]]:
     raise ValueError(f"unknown operation {operation!r}")
 
 
-def _apply(operation: str, job_ids: Iterable[uuid.UUID | str], using: str | None) -> BulkResult:
+def _apply(
+    operation: str,
+    job_ids: Iterable[uuid.UUID | str],
+    using: str | None,
+    actor: Actor | None = None,
+) -> BulkResult:
     ids = list(job_ids)
     allowed, changes = _changes(operation)
     alias = db.database_alias(using)
+    if actor is not None:
+        actor.require(ACTIONS[operation])
     with transaction.atomic(using=alias):
         matching = Job.objects.using(alias).filter(pk__in=ids)
         # Locked before the change: an enqueue of a child then either came
@@ -133,6 +148,17 @@ def _apply(operation: str, job_ids: Iterable[uuid.UUID | str], using: str | None
                     Job.objects.using(alias).filter(pk__in=changed).values_list("queue", flat=True)
                 )
                 db.notify(alias, queues)
+        if actor is not None:
+            # In the change's transaction: the change and its entries commit together.
+            audit.record(actor, ACTIONS[operation], using=alias, jobs=changed)
+            if requested:
+                audit.record(
+                    actor,
+                    ACTIONS[operation],
+                    using=alias,
+                    jobs=requested,
+                    details={"running": True},
+                )
         done = [*changed, *requested]
         skipped = matching.filter(~Q(pk__in=done)).count() if len(done) < len(ids) else 0
         if operation == "cancel" and changed:
@@ -159,9 +185,9 @@ def _uuids(values: Iterable[uuid.UUID | str]) -> list[uuid.UUID]:
     return result
 
 
-def _one(operation: str, job_id: uuid.UUID | str, using: str | None) -> Job:
+def _one(operation: str, job_id: uuid.UUID | str, using: str | None, actor: Actor | None) -> Job:
     alias = db.database_alias(using)
-    result = _apply(operation, [job_id], alias)
+    result = _apply(operation, [job_id], alias, actor)
     job = Job.objects.using(alias).get(pk=job_id)  # Job.DoesNotExist for an unknown id
     if not result.changed and not result.requested:
         allowed = CANCEL_FROM if operation == "cancel" else _changes(operation)[0]
@@ -169,7 +195,9 @@ def _one(operation: str, job_id: uuid.UUID | str, using: str | None) -> Job:
     return job
 
 
-def requeue(job_id: uuid.UUID | str, *, using: str | None = None) -> Job:
+def requeue(
+    job_id: uuid.UUID | str, *, using: str | None = None, actor: Actor | None = None
+) -> Job:
     """Put a ``dead`` or ``cancelled`` job back to ``pending`` with attempts reset to 0.
 
     Its dependents still waiting (those with ``on_parent_failure="run"``
@@ -180,10 +208,10 @@ def requeue(job_id: uuid.UUID | str, *, using: str | None = None) -> Job:
 
     Raises ``Job.DoesNotExist`` or ``JobStateError``.
     """
-    return _one("requeue", job_id, using)
+    return _one("requeue", job_id, using, actor)
 
 
-def cancel(job_id: uuid.UUID | str, *, using: str | None = None) -> Job:
+def cancel(job_id: uuid.UUID | str, *, using: str | None = None, actor: Actor | None = None) -> Job:
     """Cancel a ``pending`` or ``waiting`` job at once, or ask a ``running`` one to stop.
 
     The waiting jobs that depend on a job cancelled at once are cancelled
@@ -198,21 +226,29 @@ def cancel(job_id: uuid.UUID | str, *, using: str | None = None) -> Job:
     ``running``, with ``cancel_requested_at`` set. Raises ``Job.DoesNotExist``,
     or ``JobStateError`` for a finished job.
     """
-    return _one("cancel", job_id, using)
+    return _one("cancel", job_id, using, actor)
 
 
-def run_now(job_id: uuid.UUID | str, *, using: str | None = None) -> Job:
+def run_now(
+    job_id: uuid.UUID | str, *, using: str | None = None, actor: Actor | None = None
+) -> Job:
     """Make a ``pending`` job (delayed, or waiting for a retry) runnable at once."""
-    return _one("run now", job_id, using)
+    return _one("run now", job_id, using, actor)
 
 
-def requeue_many(job_ids: Iterable[uuid.UUID | str], *, using: str | None = None) -> BulkResult:
-    return _apply("requeue", job_ids, using)
+def requeue_many(
+    job_ids: Iterable[uuid.UUID | str], *, using: str | None = None, actor: Actor | None = None
+) -> BulkResult:
+    return _apply("requeue", job_ids, using, actor)
 
 
-def cancel_many(job_ids: Iterable[uuid.UUID | str], *, using: str | None = None) -> BulkResult:
-    return _apply("cancel", job_ids, using)
+def cancel_many(
+    job_ids: Iterable[uuid.UUID | str], *, using: str | None = None, actor: Actor | None = None
+) -> BulkResult:
+    return _apply("cancel", job_ids, using, actor)
 
 
-def run_now_many(job_ids: Iterable[uuid.UUID | str], *, using: str | None = None) -> BulkResult:
-    return _apply("run now", job_ids, using)
+def run_now_many(
+    job_ids: Iterable[uuid.UUID | str], *, using: str | None = None, actor: Actor | None = None
+) -> BulkResult:
+    return _apply("run now", job_ids, using, actor)

@@ -21,7 +21,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import db
+from . import audit, db
+from .authorization import Actor
 from .exceptions import InvalidJob, InvalidPause
 from .models import QueueState
 from .names import validate_queue
@@ -68,7 +69,11 @@ def _until(until: datetime | timedelta | None, now: datetime) -> datetime | None
 
 
 def pause_queue(
-    name: str, until: datetime | timedelta | None = None, *, using: str | None = None
+    name: str,
+    until: datetime | timedelta | None = None,
+    *,
+    using: str | None = None,
+    actor: Actor | None = None,
 ) -> QueueState:
     """Stop workers claiming from queue ``name``, until ``resume_queue`` or ``until``.
 
@@ -76,16 +81,30 @@ def pause_queue(
     now; ``None`` pauses until resumed. Pausing a paused queue replaces its
     end time. Jobs already running finish; new jobs are still accepted.
     Raises ``InvalidPause`` for a bad name or end time. Returns the row.
+
+    ``actor``: who pauses (the doors pass theirs; a call from Python code
+    is recorded as the OS user's, door ``python``); it needs
+    ``durable_jobs.pause_queue`` (``PermissionDenied``), and the pause is
+    recorded in the audit trail in the same transaction.
     """
     queue = _queue(name)
     now = timezone.now()
     end = _until(until, now)
     alias = db.database_alias(using)
+    actor = actor or Actor.for_os_user("python")
+    actor.require("pause")
     with transaction.atomic(using=alias):
         state, _created = QueueState.objects.using(alias).update_or_create(
             name=queue, defaults={"paused_at": now, "paused_until": end, "updated_at": now}
         )
         db.notify_queue_state(alias, queue)
+        audit.record(
+            actor,
+            "pause",
+            using=alias,
+            queue=queue,
+            details={"until": None if end is None else end.isoformat()},
+        )
     logger.info(
         "Queue paused queue=%s until=%s", queue, "resumed" if end is None else end.isoformat(),
         extra={"queue": queue},
@@ -93,16 +112,18 @@ def pause_queue(
     return state
 
 
-def resume_queue(name: str, *, using: str | None = None) -> QueueState:
+def resume_queue(name: str, *, using: str | None = None, actor: Actor | None = None) -> QueueState:
     """Let workers claim from queue ``name`` again (at once: they are notified).
 
     Resuming a queue that is not paused changes nothing and is no error.
     Raises ``InvalidPause`` for a bad name. Returns the row (unsaved, if
-    the queue was never paused).
+    the queue was never paused). ``actor`` as for ``pause_queue``.
     """
     queue = _queue(name)
     now = timezone.now()
     alias = db.database_alias(using)
+    actor = actor or Actor.for_os_user("python")
+    actor.require("resume")
     with transaction.atomic(using=alias):
         changed = (
             QueueState.objects.using(alias)
@@ -111,6 +132,7 @@ def resume_queue(name: str, *, using: str | None = None) -> QueueState:
         )
         if changed:
             db.notify_queue_state(alias, queue)
+            audit.record(actor, "resume", using=alias, queue=queue)
         state = QueueState.objects.using(alias).filter(name=queue).first()
     if changed:
         logger.info("Queue resumed queue=%s", queue, extra={"queue": queue})

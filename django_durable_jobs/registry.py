@@ -13,8 +13,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
+from .exceptions import InvalidJob
 from .handlers import Handler, Registry, registry
-from .names import validate_queue, validate_type
+from .names import OWN_TYPE_PREFIX, own_type_message, validate_queue, validate_type
 from .schedules.declarations import schedule_for_job
 from .validation import (
     validate_concurrency_limit,
@@ -93,6 +94,10 @@ def job(
         if not callable(func):
             raise TypeError(f"@job must decorate a callable, not {func!r}")
         type_name = name if name is not None else f"{func.__module__}.{func.__qualname__}"
+        if type_name.startswith(OWN_TYPE_PREFIX) and not func.__module__.startswith(
+            "django_durable_jobs."
+        ):
+            raise InvalidJob("type", own_type_message(type_name))
         periodic = None if schedule is None else schedule_for_job(type_name, schedule)
         registry.register(
             Handler(

@@ -34,7 +34,9 @@ from .exceptions import InvalidJob
 from .handlers import registry
 from .names import (
     NO_SURROGATES,
+    OWN_TYPE_PREFIX,
     SURROGATE_RE,
+    own_type_message,
     validate_concurrency_key,
     validate_idempotency_key,
     validate_queue,
@@ -364,14 +366,18 @@ def build_spec(
     depends_on: Any = None,
     on_parent_failure: Any = None,
     defaults: Defaults | None = None,
+    own_type: bool = False,
 ) -> JobSpec:
     """Validate ``enqueue`` arguments and fill in the defaults.
 
     Defaults come from the registered handler, if this process has one,
     then from ``DURABLE_JOBS``. Written for speed: ``enqueue_many`` calls it
-    once per job.
+    once per job. ``own_type``: the package's own types (``durable_jobs.*``)
+    are allowed; only the package's own doors pass it.
     """
     type_name = validate_type(type)
+    if type_name.startswith(OWN_TYPE_PREFIX) and not own_type:
+        raise InvalidJob("type", own_type_message(type_name))
     if payload is None:
         payload, payload_json = {}, "{}"
     else:

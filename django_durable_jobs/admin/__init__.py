@@ -2,7 +2,8 @@
 
 Two entries: "Jobs" (the whole table) and "Dead jobs" (the dead-letter
 queue, a proxy model); then "Queues" (each queue's counts, oldest pending
-job and last hour, pause and resume), "Workers" and "Schedules". All are
+job and last hour, pause and resume), "Workers", "Schedules" and the
+"Audit trail" (every operator action, from every door). All are
 built to stay fast on a table of millions of rows (the Queues page by its
 own means: ``queue_overview.py``); the job lists so:
 
@@ -21,6 +22,6 @@ which call ``operations.py`` like the REST API and the CLI do.
 # imports this package).
 from __future__ import annotations
 
-from . import jobs, queues, schedules, workers
+from . import audit, jobs, queues, schedules, workers
 
-__all__ = ["jobs", "queues", "schedules", "workers"]
+__all__ = ["audit", "jobs", "queues", "schedules", "workers"]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from django.contrib import admin
 from django.core.paginator import Paginator
 
-from ..models import Job, QueueState, ScheduleState, WorkerProcess
+from ..models import AuditEntry, Job, QueueState, ScheduleState, WorkerProcess
 
 if TYPE_CHECKING:
     from django.db.models import Model
@@ -21,11 +21,14 @@ if TYPE_CHECKING:
     WorkerModelAdmin = admin.ModelAdmin[WorkerProcess]
     ScheduleModelAdmin = admin.ModelAdmin[ScheduleState]
     QueueModelAdmin = admin.ModelAdmin[QueueState]
+    AuditModelAdmin = admin.ModelAdmin[AuditEntry]
 else:
     BasePaginator = Paginator
     JobModelAdmin = WorkerModelAdmin = ScheduleModelAdmin = QueueModelAdmin = admin.ModelAdmin
+    AuditModelAdmin = admin.ModelAdmin
 
 __all__ = [
+    "AuditModelAdmin",
     "BasePaginator",
     "JobModelAdmin",
     "QueueModelAdmin",

@@ -31,13 +31,14 @@ from django.utils.text import Truncator, capfirst
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from .. import bulk, operations
+from .. import audit, bulk, operations
+from ..authorization import Actor, user_can
 from ..conf import jobs_settings
-from ..enqueueing import enqueue
 from ..exceptions import IdempotencyConflict
 from ..models import DeadJob, Job, JobStatus
 from ..operations import BulkResult
 from ..registry import registry
+from .audit import history_context
 from .bases import (
     BasePaginator,
     JobModelAdmin,
@@ -226,7 +227,7 @@ class JobAction:
     slug: str
     label: Promise
     allowed: tuple[str, ...]
-    perform: Callable[[uuid.UUID], Job]
+    perform: Callable[..., Job]
     #: The confirmation page's question and what it says happens.
     question: Promise
     explanation: Promise
@@ -293,6 +294,9 @@ BULK_PARAMETERS = frozenset(
         "_facets",
     }
 )
+#: A job page button's slug -> its action in authorization.py (and the audit trail).
+ACTION_OF_SLUG = {"requeue": "requeue", "cancel": "cancel", "run-now": "run_now"}
+
 #: Operation -> the statuses whose list offers it, and its button's verb.
 BULK_ACTIONS: dict[str, tuple[tuple[str, ...], Promise]] = {
     "requeue": (tuple(operations.REQUEUE_FROM), _("Requeue")),
@@ -453,6 +457,24 @@ class JobAdmin(JobModelAdmin):
 
     # -- permissions --------------------------------------------------------
 
+    #: The job actions this admin's pages offer (the dead jobs' page: requeue only).
+    job_action_slugs: tuple[str, ...] = tuple(JOB_ACTIONS)
+    #: The bulk operations its lists offer.
+    bulk_operations: tuple[str, ...] = tuple(BULK_ACTIONS)
+
+    @staticmethod
+    def _actor(request: HttpRequest) -> Actor:
+        return Actor.from_request(request, "admin")
+
+    def has_requeue_permission(self, request: HttpRequest) -> bool:
+        return user_can(request.user, "requeue")
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return user_can(request.user, "cancel")
+
+    def has_run_now_permission(self, request: HttpRequest) -> bool:
+        return user_can(request.user, "run_now")
+
     def _user_can(self, request: HttpRequest, action: str) -> bool:
         """``action`` permission on this admin's model, or on ``Job``.
 
@@ -468,12 +490,10 @@ class JobAdmin(JobModelAdmin):
         return self._user_can(request, "view") or self._user_can(request, "change")
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # True without an object, so that users with change_job get the
-        # actions (permissions=["change"]); False for an object, so its
-        # page is view-only: no form, no Save buttons, and a POST is a 403.
-        if obj is not None:
-            return False
-        return self._user_can(request, "change")
+        # Never: a job's page is view-only (no form, no Save buttons, a POST
+        # is a 403). What changes a job are the actions, each with its own
+        # permission (has_requeue_permission...), checked again by operations.
+        return False
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -492,7 +512,7 @@ class JobAdmin(JobModelAdmin):
                 {"slug": slug},
                 name=self._url_name(slug),
             )
-            for slug in JOB_ACTIONS
+            for slug in self.job_action_slugs
         ]
         urls += [
             path(
@@ -501,7 +521,7 @@ class JobAdmin(JobModelAdmin):
                 {"operation": operation},
                 name=self._url_name(f"bulk_{operation}"),
             )
-            for operation in BULK_ACTIONS
+            for operation in self.bulk_operations
         ]
         return [*urls, *super().get_urls()]
 
@@ -518,9 +538,7 @@ class JobAdmin(JobModelAdmin):
         return f"{url}?{query}" if query else url
 
     def job_actions(self, request: HttpRequest, job: Job) -> list[dict[str, Any]]:
-        """The buttons of ``job``'s page: those its state allows, for a user with ``change_job``."""
-        if not self._user_can(request, "change"):
-            return []
+        """The buttons of ``job``'s page: those its state allows and the user may use."""
         return [
             {
                 "label": action.label,
@@ -528,8 +546,16 @@ class JobAdmin(JobModelAdmin):
                 "slug": action.slug,
             }
             for action in JOB_ACTIONS.values()
-            if job.status in action.allowed
+            if action.slug in self.job_action_slugs
+            and job.status in self._allowed(action)
+            and user_can(request.user, ACTION_OF_SLUG[action.slug])
         ]
+
+    def _allowed(self, action: JobAction) -> tuple[str, ...]:
+        """The statuses ``action`` applies to on this admin's pages (dead ones only, there)."""
+        if self.listed_status is None:
+            return action.allowed
+        return tuple(status for status in action.allowed if status == self.listed_status)
 
     def change_view(
         self,
@@ -543,6 +569,17 @@ class JobAdmin(JobModelAdmin):
         if job is not None:
             context["durable_jobs_actions"] = self.job_actions(request, job)
         return super().change_view(request, object_id, form_url, context)
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The job's History page: the audit trail's entries for it, newest first."""
+        context = {**(extra_context or {})}
+        job_id = self._job_or_none(object_id)
+        if job_id is not None:
+            entries = audit.entries(using=job_id._state.db or "default", job=job_id.pk)
+            context.update(history_context(entries, job_id=str(job_id.pk)))
+        return super().history_view(request, object_id, context)
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = list(super().get_fieldsets(request, obj))
@@ -562,14 +599,15 @@ class JobAdmin(JobModelAdmin):
     def job_action_view(self, request: HttpRequest, object_id: str, slug: str) -> HttpResponse:
         """Requeue, cancel or run now one job: a confirmation page (GET), the change (POST).
 
-        ``change_job`` is required for both (403 without); the admin's
-        ``admin_view`` checks staff and CSRF. The change is the operation's
-        own conditional UPDATE: a job whose state changed since the page was
-        shown gets a message saying so, never a 500.
+        The action's own permission is required for both (403 without); the
+        admin's ``admin_view`` checks staff and CSRF. The change is the
+        operation's own conditional UPDATE: a job whose state changed since
+        the page was shown gets a message saying so, never a 500. On the
+        dead jobs' pages, only a dead job can be acted on.
         """
         if request.method not in ("GET", "HEAD", "POST"):
             return HttpResponseNotAllowed(["GET", "POST"])
-        if not self._user_can(request, "change"):
+        if slug not in self.job_action_slugs or not user_can(request.user, ACTION_OF_SLUG[slug]):
             raise PermissionDenied
         action = JOB_ACTIONS[slug]
         job = self._job_or_none(object_id)
@@ -580,6 +618,10 @@ class JobAdmin(JobModelAdmin):
                 messages.ERROR,
             )
             return HttpResponseRedirect(self._changelist_url())
+        if self.listed_status is not None and job.status != self.listed_status:
+            # The dead jobs' page acts on dead jobs: another is the job page's business.
+            self.message_user(request, self._not_allowed(action, job), messages.WARNING)
+            return HttpResponseRedirect(self._job_url(job.pk))
         if request.method == "POST":
             return self._perform(request, action, job)
         if job.status not in action.allowed:
@@ -607,7 +649,7 @@ class JobAdmin(JobModelAdmin):
 
     def _perform(self, request: HttpRequest, action: JobAction, job: Job) -> HttpResponse:
         try:
-            changed = action.perform(job.pk)
+            changed = action.perform(job.pk, actor=self._actor(request))
         except operations.JobStateError as exc:
             # Its state changed since the page was shown (a worker claimed
             # it, someone else requeued it): the UPDATE matched nothing.
@@ -676,8 +718,6 @@ class JobAdmin(JobModelAdmin):
 
     def bulk_actions(self, request: HttpRequest) -> list[dict[str, Any]]:
         """The "Requeue all N matching" / "Cancel all N matching" buttons this list offers."""
-        if not self._user_can(request, "change"):
-            return []
         job_filter = self.bulk_filter(request.GET)
         if job_filter is None:
             return []
@@ -689,7 +729,9 @@ class JobAdmin(JobModelAdmin):
                 "url": reverse(f"admin:{self._url_name(f'bulk_{operation}')}") + f"?{query}",
             }
             for operation, (statuses, verb) in BULK_ACTIONS.items()
-            if job_filter.status in statuses
+            if operation in self.bulk_operations
+            and job_filter.status in statuses
+            and user_can(request.user, f"bulk_{operation}")
         ]
 
     def changelist_view(
@@ -709,7 +751,7 @@ class JobAdmin(JobModelAdmin):
         """
         if request.method not in ("GET", "HEAD", "POST"):
             return HttpResponseNotAllowed(["GET", "POST"])
-        if not self._user_can(request, "change"):
+        if not user_can(request.user, f"bulk_{operation}"):
             raise PermissionDenied
         query = self._filter_query(request.GET)
         job_filter = self.bulk_filter(request.GET)
@@ -757,11 +799,8 @@ class JobAdmin(JobModelAdmin):
                 request, _("The form was incomplete; nothing was done."), messages.ERROR
             )
             return back
-        job_type, payload = bulk.bulk_job_payload(
-            operation, job_filter, requested_by=request.user.get_username()
-        )
         try:
-            result = enqueue(job_type, payload, idempotency_key=f"durable_jobs.bulk:{token}")
+            result = bulk.start(operation, job_filter, actor=self._actor(request), token=token)
         except IdempotencyConflict:
             self.message_user(request, _("The form was reused; nothing was done."), messages.ERROR)
             return back
@@ -912,10 +951,12 @@ class JobAdmin(JobModelAdmin):
             self.message_user(request, _("No job was changed."), messages.WARNING)
 
     @admin.action(
-        permissions=["change"], description=_("Requeue selected jobs (dead or cancelled)")
+        permissions=["requeue"], description=_("Requeue selected jobs (dead or cancelled)")
     )
     def requeue_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        result = operations.requeue_many(queryset.values_list("pk", flat=True), using=queryset.db)
+        result = operations.requeue_many(
+            queryset.values_list("pk", flat=True), using=queryset.db, actor=self._actor(request)
+        )
         changed, skipped = len(result.changed), result.skipped
         self._report(
             request,
@@ -931,11 +972,13 @@ class JobAdmin(JobModelAdmin):
         )
 
     @admin.action(
-        permissions=["change"],
+        permissions=["cancel"],
         description=_("Cancel selected jobs (pending, waiting or running)"),
     )
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        result = operations.cancel_many(queryset.values_list("pk", flat=True), using=queryset.db)
+        result = operations.cancel_many(
+            queryset.values_list("pk", flat=True), using=queryset.db, actor=self._actor(request)
+        )
         changed, skipped, requested = len(result.changed), result.skipped, len(result.requested)
         if requested:
             self.message_user(
@@ -967,9 +1010,11 @@ class JobAdmin(JobModelAdmin):
             % {"count": skipped},
         )
 
-    @admin.action(permissions=["change"], description=_("Run selected jobs now (pending)"))
+    @admin.action(permissions=["run_now"], description=_("Run selected jobs now (pending)"))
     def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        result = operations.run_now_many(queryset.values_list("pk", flat=True), using=queryset.db)
+        result = operations.run_now_many(
+            queryset.values_list("pk", flat=True), using=queryset.db, actor=self._actor(request)
+        )
         changed, skipped = len(result.changed), result.skipped
         self._report(
             request,
@@ -1006,3 +1051,6 @@ class DeadJobAdmin(JobAdmin):
     list_filter = (TypeFilter, QueueFilter)
     actions = ("requeue_jobs",)
     listed_status = JobStatus.DEAD
+    # Requeue is the one action that applies to a dead job: no URL for the others.
+    job_action_slugs = ("requeue",)
+    bulk_operations = ("requeue",)

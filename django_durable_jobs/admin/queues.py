@@ -20,12 +20,14 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from .. import db, pausing
+from .. import audit, db, pausing
+from ..authorization import Actor, user_can
 from ..exceptions import InvalidPause
 from ..flow import describe_limits, queue_limits
 from ..held_back import describe_held_back, held_back
 from ..models import Job, QueueState
 from ..queue_overview import EXACT_COUNT_CAP, known_queues, queue_overview
+from .audit import history_context
 from .bases import QueueModelAdmin
 from .charts import throughput_svg
 from .humanize import describe_age
@@ -70,9 +72,10 @@ class QueueStateAdmin(QueueModelAdmin):
     A queue gets a row here once it is declared in ``QUEUES``, holds
     pending, running, waiting or dead jobs, had outcomes within the last
     hour, or was paused: opening the list adds the missing rows.
-    Permissions are the job actions': ``view_job`` shows the list,
-    ``change_job`` adds the controls (or the same on this model). No field
-    is editable: the controls call ``pausing.py``, which tells the workers.
+    Permissions: ``view_job`` shows the list (or the same on this model),
+    ``pause_queue`` adds the controls. No field is editable: the controls
+    call ``pausing.py``, which tells the workers and records who did it in
+    the audit trail (the queue's page and its History page list them).
     """
 
     list_display = ("name", "paused", "limits", "paused_until")
@@ -92,8 +95,32 @@ class QueueStateAdmin(QueueModelAdmin):
         return self._user_can(request, "view") or self._user_can(request, "change")
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # As JobAdmin's: the actions for change_job, no form on a row's page.
-        return obj is None and self._user_can(request, "change")
+        # As JobAdmin's: no form on a row's page; pausing has its own permission.
+        return False
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        return user_can(request.user, "pause")
+
+    def _audit_context(self, object_id: str) -> dict[str, Any]:
+        name = unquote(object_id)
+        return history_context(audit.entries(using=db.database_alias(), queue=name), queue=name)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """The queue's page: its state and the operator actions on it, newest first."""
+        context = {**(extra_context or {}), **self._audit_context(object_id)}
+        return super().change_view(request, object_id, form_url, context)
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {**(extra_context or {}), **self._audit_context(object_id)}
+        return super().history_view(request, object_id, context)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -179,7 +206,7 @@ class QueueStateAdmin(QueueModelAdmin):
             held_back_now,
             "paused_until",
         ]
-        if self.has_change_permission(request):
+        if self.has_pause_permission(request):
             columns.append(self.controls)
         return tuple(columns)
 
@@ -241,7 +268,7 @@ class QueueStateAdmin(QueueModelAdmin):
 
     def _change_view(self, request: HttpRequest, object_id: str, verb: str) -> HttpResponse:
         # The admin's view wrapper checked the login and the CSRF token of a POST.
-        if not self.has_change_permission(request):
+        if not self.has_pause_permission(request):
             raise PermissionDenied
         state = self.get_object(request, unquote(object_id))
         if state is None:
@@ -276,14 +303,15 @@ class QueueStateAdmin(QueueModelAdmin):
 
     def _apply(self, request: HttpRequest, state: QueueState, verb: str) -> None:
         alias = db.database_alias()
+        actor = Actor.from_request(request, "admin")
         if verb == "resume":
-            pausing.resume_queue(state.name, using=alias)
+            pausing.resume_queue(state.name, using=alias, actor=actor)
             message = gettext("Queue “%(name)s” was resumed.")
         elif "_pause_briefly" in request.POST:
-            pausing.pause_queue(state.name, ADMIN_PAUSE_FOR, using=alias)
+            pausing.pause_queue(state.name, ADMIN_PAUSE_FOR, using=alias, actor=actor)
             message = gettext("Queue “%(name)s” was paused for %(minutes)d minutes.")
         else:
-            pausing.pause_queue(state.name, None, using=alias)
+            pausing.pause_queue(state.name, None, using=alias, actor=actor)
             message = gettext("Queue “%(name)s” was paused until resumed.")
         minutes = int(ADMIN_PAUSE_FOR.total_seconds() // 60)
         self.message_user(
@@ -294,8 +322,9 @@ class QueueStateAdmin(QueueModelAdmin):
 
     def _pause(self, request: HttpRequest, queryset: QuerySet[Any], until: Any) -> None:
         names = list(queryset.values_list("name", flat=True))
+        actor = Actor.from_request(request, "admin")
         for name in names:
-            pausing.pause_queue(name, until, using=queryset.db)
+            pausing.pause_queue(name, until, using=queryset.db, actor=actor)
         self.message_user(
             request,
             ngettext("%(count)d queue was paused.", "%(count)d queues were paused.", len(names))
@@ -303,19 +332,20 @@ class QueueStateAdmin(QueueModelAdmin):
             messages.SUCCESS,
         )
 
-    @admin.action(permissions=["change"], description=_("Pause selected queues"))
+    @admin.action(permissions=["pause"], description=_("Pause selected queues"))
     def pause_queues(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         self._pause(request, queryset, None)
 
-    @admin.action(permissions=["change"], description=_("Pause selected queues for 15 minutes"))
+    @admin.action(permissions=["pause"], description=_("Pause selected queues for 15 minutes"))
     def pause_queues_briefly(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         self._pause(request, queryset, ADMIN_PAUSE_FOR)
 
-    @admin.action(permissions=["change"], description=_("Resume selected queues"))
+    @admin.action(permissions=["pause"], description=_("Resume selected queues"))
     def resume_queues(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         names = list(queryset.values_list("name", flat=True))
+        actor = Actor.from_request(request, "admin")
         for name in names:
-            pausing.resume_queue(name, using=queryset.db)
+            pausing.resume_queue(name, using=queryset.db, actor=actor)
         self.message_user(
             request,
             ngettext("%(count)d queue was resumed.", "%(count)d queues were resumed.", len(names))

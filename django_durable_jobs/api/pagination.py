@@ -60,3 +60,9 @@ def _is_time(text: str) -> bool:
         return "\x00" not in text and parse_datetime(text) is not None
     except ValueError:
         return False
+
+
+class AuditCursorPagination(JobCursorPagination):
+    """The audit trail, newest first (``id`` breaks ties within one transaction)."""
+
+    ordering = ("-at", "-id")

@@ -1,4 +1,10 @@
-"""Who may call the API: staff, or users holding the ``Job`` model permissions.
+"""Who may call the API: users holding the permission of the action they call.
+
+One permission per operator action (``authorization.ACTION_PERMISSIONS``),
+the same the admin and ``manage.py jobs`` check; reading needs
+``view_job`` (or ``change_job``, which implies it, as in the admin);
+enqueueing needs ``add_job``. Superusers hold them all. ``is_staff`` alone
+grants nothing: it only opens the admin site's door.
 
 Secure by default: every endpoint but health needs an authenticated user.
 Projects swap the rule through ``DURABLE_JOBS["API_PERMISSION_CLASSES"]``.
@@ -14,38 +20,46 @@ from django.utils.module_loading import import_string
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
+from ..authorization import (
+    ACTION_PERMISSIONS,
+    AUDIT_READ_PERMISSION,
+    ENQUEUE_PERMISSION,
+    READ_PERMISSIONS,
+    is_active_user,
+)
 from ..conf import jobs_settings
 
-#: The model permissions that allow each viewset action (any one suffices).
-#: As in the admin, ``change_job`` also allows reading. ``list`` is also the
-#: action of ``GET /api/schedules`` and ``GET /api/queues``: whoever may list
-#: jobs may list schedules and queues.
-ACTION_PERMISSIONS: dict[str, tuple[str, ...]] = {
-    "create": ("durable_jobs.add_job",),
-    "requeue": ("durable_jobs.change_job",),
-    "cancel": ("durable_jobs.change_job",),
-    "list": ("durable_jobs.view_job", "durable_jobs.change_job"),
-    "retrieve": ("durable_jobs.view_job", "durable_jobs.change_job"),
-    "stats": ("durable_jobs.view_job", "durable_jobs.change_job"),
-    # /api/queues: listing is ``list``'s; pausing and resuming change jobs' fate.
-    "pause": ("durable_jobs.change_job",),
-    "resume": ("durable_jobs.change_job",),
+#: The permissions that allow each view's action (any one suffices), by the
+#: view's ``permission_scope`` and DRF's ``action``.
+SCOPED_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("jobs", "create"): (ENQUEUE_PERMISSION,),
+    ("jobs", "list"): READ_PERMISSIONS,
+    ("jobs", "retrieve"): READ_PERMISSIONS,
+    ("jobs", "stats"): READ_PERMISSIONS,
+    ("jobs", "requeue"): (ACTION_PERMISSIONS["requeue"],),
+    ("jobs", "cancel"): (ACTION_PERMISSIONS["cancel"],),
+    ("schedules", "list"): READ_PERMISSIONS,
+    ("queues", "list"): READ_PERMISSIONS,
+    ("queues", "pause"): (ACTION_PERMISSIONS["pause"],),
+    ("queues", "resume"): (ACTION_PERMISSIONS["resume"],),
+    ("audit", "list"): (AUDIT_READ_PERMISSION,),
+    ("events", "create"): (ACTION_PERMISSIONS["emit"],),
 }
 
 
-class IsStaffOrHasJobPermission(BasePermission):
-    """Staff may do everything; other users need the action's model permission.
+class HasJobPermission(BasePermission):
+    """The permission of the action called; an action not listed (OPTIONS) needs reading.
 
-    An action missing from ``ACTION_PERMISSIONS`` (OPTIONS, say) is staff only.
+    DRF turns a refusal into 401 (no credentials) or 403 (not allowed).
     """
 
     def has_permission(self, request: Request, view: Any) -> bool:
         user = request.user
-        if user is None or not user.is_authenticated or not user.is_active:
+        if not is_active_user(user):
             return False
-        if user.is_staff:
-            return True
-        needed = ACTION_PERMISSIONS.get(getattr(view, "action", None) or "", ())
+        scope = getattr(view, "permission_scope", "jobs")
+        action = getattr(view, "action", None) or ""
+        needed = SCOPED_PERMISSIONS.get((scope, action), READ_PERMISSIONS)
         return any(user.has_perm(perm) for perm in needed)
 
 

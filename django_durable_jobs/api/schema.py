@@ -18,6 +18,7 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.openapi import AutoSchema
 
+from .. import rest_policy
 from ..conf import jobs_settings
 from ..constants import (
     IDEMPOTENCY_KEY_MAX_LENGTH,
@@ -75,6 +76,10 @@ class EnqueueRequestExtension(OpenApiSerializerExtension):  # type: ignore[no-un
                 field.update(field.pop("oneOf")[0])
         # A setting: read when the schema is made, not when the field is declared.
         schema["properties"]["timeout"]["maximum"] = float(jobs_settings.API_MAX_TIMEOUT_SECONDS)
+        # What REST callers may ask for (rest_policy.py): the settings' ceilings and queues.
+        schema["properties"]["priority"]["maximum"] = jobs_settings.API_MAX_PRIORITY
+        schema["properties"]["max_attempts"]["maximum"] = jobs_settings.API_MAX_ATTEMPTS
+        schema["properties"]["queue"]["enum"] = sorted(rest_policy.allowed_queues())
         return {
             **schema,
             "additionalProperties": False,
@@ -150,6 +155,29 @@ def _declare_unavailable(responses: dict[str, Any]) -> None:
     own["description"] = f"{own.get('description', '')} Or: {UNAVAILABLE_DESCRIPTION}".strip()
 
 
+#: ``POST /api/jobs``' answer to a client that may enqueue but not read jobs
+#: (``serializers.EnqueueReceiptSerializer``); readers get the whole job.
+RECEIPT = {
+    "type": "object",
+    "description": "For a client without view_job: the job's id and what the client sent.",
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "type": {"type": "string"},
+        "queue": {"type": "string"},
+        "idempotency_key": {"type": "string"},
+        "created_at": {"type": "string", "format": "date-time"},
+    },
+    "required": ["id", "type", "queue", "idempotency_key", "created_at"],
+}
+
+
+def _allow_receipt(responses: dict[str, Any]) -> None:
+    for code in ("200", "201"):
+        media = responses.get(code, {}).get("content", {}).get("application/json")
+        if media is not None and "schema" in media:
+            media["schema"] = {"anyOf": [media["schema"], RECEIPT]}
+
+
 class JobsAutoSchema(AutoSchema):
     """drf-spectacular's ``AutoSchema``, with the API's links on its responses, and
     the 503 that any operation answers when the database cannot serve it."""
@@ -162,6 +190,8 @@ class JobsAutoSchema(AutoSchema):
             response = operation["responses"].get(code)
             if response is not None:
                 response["links"] = links
+        if operation["operationId"] == "jobs_create":
+            _allow_receipt(operation["responses"])
         if operation["operationId"] != "health_retrieve":
             # /api/health/ answers its own 503 (a Health body) when the database is down.
             _declare_unavailable(operation["responses"])

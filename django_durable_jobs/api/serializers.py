@@ -25,6 +25,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from .. import rest_policy
 from ..conf import jobs_settings
 from ..constants import (
     CONCURRENCY_KEY_MAX_LENGTH,
@@ -38,8 +39,8 @@ from ..constants import (
     TYPE_MAX_LENGTH,
 )
 from ..exceptions import InvalidJob
-from ..handlers import registry
 from ..models import Job, JobStatus, OnParentFailure
+from ..names import validate_queue
 from ..validation import validate_delay_or_run_at, validate_type
 from .errors import invalid_job_error
 from .schema import (
@@ -317,11 +318,31 @@ class EnqueueSerializer(serializers.Serializer[None]):
             validate_type(value)
         except InvalidJob as exc:
             raise serializers.ValidationError(exc.message) from None
-        if value not in registry and not jobs_settings.API_ALLOW_UNREGISTERED_TYPES:
-            raise serializers.ValidationError(
-                f"no handler is registered for job type {value!r} "
-                "(DURABLE_JOBS['API_ALLOW_UNREGISTERED_TYPES'] is False)."
-            )
+        refusal = rest_policy.type_refusal(value)
+        if refusal is not None:
+            raise serializers.ValidationError(refusal)
+        return value
+
+    def validate_queue(self, value: str) -> str:
+        try:
+            validate_queue(value)
+        except InvalidJob as exc:
+            raise serializers.ValidationError(exc.message) from None
+        refusal = rest_policy.queue_refusal(value)
+        if refusal is not None:
+            raise serializers.ValidationError(refusal)
+        return value
+
+    def validate_priority(self, value: int) -> int:
+        refusal = rest_policy.priority_refusal(value)
+        if refusal is not None:
+            raise serializers.ValidationError(refusal)
+        return value
+
+    def validate_max_attempts(self, value: int) -> int:
+        refusal = rest_policy.attempts_refusal(value)
+        if refusal is not None:
+            raise serializers.ValidationError(refusal)
         return value
 
     def validate_timeout(self, value: float | int) -> float | int:
@@ -612,9 +633,14 @@ class TooManyWaitingSerializer(ErrorSerializer):
 
 
 class IdempotencyConflictSerializer(ErrorSerializer):
-    job_id = serializers.UUIDField(help_text="The job that holds the key.")
+    job_id = serializers.UUIDField(
+        required=False,
+        help_text="The job that holds the key (absent for a client that may not read jobs).",
+    )
     differences = serializers.ListField(
-        child=serializers.CharField(), help_text="Parameters that differ from that job's."
+        child=serializers.CharField(),
+        required=False,
+        help_text="Parameters that differ from that job's (absent likewise).",
     )
 
 
@@ -665,3 +691,37 @@ class PauseSerializer(serializers.Serializer[None]):
         help_text="When the pause lifts by itself (ISO 8601 with a UTC offset, in the "
         "future); absent or null: until resumed.",
     )
+
+
+# --- security: what a client that may not read jobs gets; the audit trail ----------
+
+
+class EnqueueReceiptSerializer(serializers.Serializer[Job]):
+    """``POST /api/jobs``' answer to a client that may enqueue but not read jobs.
+
+    A replay finds a job that may be another client's: its status, payload,
+    result and errors are not this client's to read.
+    """
+
+    id = serializers.UUIDField(read_only=True)
+    type = serializers.CharField(read_only=True)
+    queue = serializers.CharField(read_only=True)
+    idempotency_key = serializers.CharField(read_only=True)
+    created_at = serializers.DateTimeField(read_only=True)
+
+
+class AuditEntrySerializer(serializers.Serializer[Any]):
+    """One operator action: who, when, through which door, what it touched."""
+
+    id = serializers.IntegerField(read_only=True)
+    at = serializers.DateTimeField(read_only=True)
+    action = serializers.CharField(read_only=True)
+    door = serializers.CharField(read_only=True, help_text="admin, rest, cli or python.")
+    actor = serializers.CharField(
+        read_only=True,
+        help_text="The username; token:<username> for a DRF token; os:<login> for the CLI.",
+    )
+    address = serializers.CharField(read_only=True, allow_null=True)
+    job_id = serializers.UUIDField(read_only=True, allow_null=True)
+    queue = serializers.CharField(read_only=True, allow_null=True)
+    details = ObjectField(read_only=True)

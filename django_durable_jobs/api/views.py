@@ -25,17 +25,18 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.viewsets import GenericViewSet
 
-from .. import db, operations, pausing
+from .. import audit, db, operations, pausing
+from ..authorization import Actor, user_can_read
 from ..conf import API_MAX_PAGE_SIZE
 from ..enqueueing import enqueue
-from ..exceptions import InvalidJob
-from ..models import FINISHED_STATUSES, Job, JobStatus
+from ..exceptions import IdempotencyConflict, InvalidJob
+from ..models import FINISHED_STATUSES, AuditAction, AuditEntry, Job, JobStatus
 from ..names import validate_queue, validate_type
 from ..schedules.overview import schedule_overview
 from . import long_poll
 from . import serializers as s
-from .errors import exception_handler
-from .pagination import JobCursorPagination
+from .errors import IdempotencyConflictError, exception_handler
+from .pagination import AuditCursorPagination, JobCursorPagination
 from .parsers import BoundedJSONParser, check_body_size
 from .permissions import permission_classes
 from .schema import KEY_SCHEMA, QUEUE_SCHEMA, TYPE_SCHEMA, JobsAutoSchema
@@ -79,9 +80,14 @@ class JSONErrorsMixin:
         return exception_handler
 
 
+def _actor(request: Request) -> Actor:
+    return Actor.from_request(request, "rest")
+
+
 class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
     """Enqueue, list, inspect, requeue and cancel jobs."""
 
+    permission_scope = "jobs"
     queryset = Job.objects.all()
     serializer_class = s.JobSerializer
     pagination_class = JobCursorPagination
@@ -172,10 +178,23 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
             data=request.data, context={"header_key": request.headers.get("Idempotency-Key")}
         )
         serializer.is_valid(raise_exception=True)
-        result = enqueue(**serializer.enqueue_arguments())
+        reader = user_can_read(request.user)
+        try:
+            result = enqueue(**serializer.enqueue_arguments())
+        except IdempotencyConflict:
+            if reader:
+                raise
+            # Not the job's id, nor how its parameters differ: the job may be another
+            # client's, and this one may not read jobs.
+            raise IdempotencyConflictError(
+                "This idempotency key belongs to a job with other parameters."
+            ) from None
         job = result.job
         location = reverse("durable_jobs_api:job-detail", kwargs={"pk": job.pk})
         code = http.HTTP_201_CREATED if result.created else http.HTTP_200_OK
+        if not reader:
+            data = s.EnqueueReceiptSerializer(job).data
+            return Response(data, status=code, headers={"Location": location})
         return self._answer(job, code, headers={"Location": location})
 
     @extend_schema(
@@ -263,7 +282,7 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
     )
     @action(detail=True, methods=["post"])
     def requeue(self, request: Request, pk: str) -> Response:
-        return self._answer(operations.requeue(self._job_id()))
+        return self._answer(operations.requeue(self._job_id(), actor=_actor(request)))
 
     @extend_schema(
         summary="Cancel a pending or waiting job, or ask a running one to stop",
@@ -293,7 +312,7 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
-        job = operations.cancel(self._job_id())
+        job = operations.cancel(self._job_id(), actor=_actor(request))
         # Still running: its worker has been asked to stop it (accepted, not done).
         requested = job.status == JobStatus.RUNNING and job.cancel_requested_at is not None
         return self._answer(job, http.HTTP_202_ACCEPTED if requested else http.HTTP_200_OK)
@@ -317,6 +336,7 @@ class ScheduleViewSet(JSONErrorsMixin, GenericViewSet[Any]):
     """
 
     serializer_class = s.ScheduleSerializer
+    permission_scope = "schedules"
 
     def get_permissions(self) -> list[BasePermission]:
         return [cls() for cls in permission_classes()]
@@ -356,6 +376,7 @@ class QueueViewSet(JSONErrorsMixin, GenericViewSet[Any]):
     """
 
     serializer_class = s.QueueSerializer
+    permission_scope = "queues"
     parser_classes = (BoundedJSONParser,)
     lookup_field = "name"
     # Any segment reaches the view, so a bad name is a JSON 400, not Django's 404 page.
@@ -402,7 +423,7 @@ class QueueViewSet(JSONErrorsMixin, GenericViewSet[Any]):
     def pause(self, request: Request, name: str) -> Response:
         body = s.PauseSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        state = pausing.pause_queue(name, body.validated_data.get("until"))
+        state = pausing.pause_queue(name, body.validated_data.get("until"), actor=_actor(request))
         return self._answer(state.name)
 
     @extend_schema(
@@ -419,7 +440,80 @@ class QueueViewSet(JSONErrorsMixin, GenericViewSet[Any]):
     )
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, name: str) -> Response:
-        return self._answer(pausing.resume_queue(name).name)
+        return self._answer(pausing.resume_queue(name, actor=_actor(request)).name)
+
+
+AUDIT_FILTERS = [
+    OpenApiParameter("job", OpenApiTypes.UUID, description="Only entries of this job."),
+    OpenApiParameter("queue", QUEUE_SCHEMA, description="Only entries of this queue."),
+    OpenApiParameter(
+        "action",
+        str,
+        enum=[value for value, _label in AuditAction.choices],
+        description="Only this action.",
+    ),
+    OpenApiParameter(
+        "actor", {"type": "string", "maxLength": 200}, description="Only this actor, exactly."
+    ),
+]
+
+
+class AuditViewSet(JSONErrorsMixin, GenericViewSet[AuditEntry]):
+    """The audit trail: every operator action, from every door, newest first (read-only)."""
+
+    permission_scope = "audit"
+    serializer_class = s.AuditEntrySerializer
+    pagination_class = AuditCursorPagination
+
+    def get_permissions(self) -> list[BasePermission]:
+        return [cls() for cls in permission_classes()]
+
+    def get_queryset(self) -> QuerySet[AuditEntry]:
+        params = self.request.query_params
+        errors: dict[str, list[str]] = {}
+        job = None
+        if params.get("job") is not None:
+            try:
+                job = uuid.UUID(params["job"])
+            except ValueError:
+                errors["job"] = ["must be a job id (a UUID)."]
+        queue = params.get("queue")
+        if queue is not None:
+            try:
+                validate_queue(queue)
+            except InvalidJob as exc:
+                errors["queue"] = [exc.message]
+        action_name = params.get("action")
+        if action_name is not None and action_name not in AuditAction.values:
+            errors["action"] = [f"must be one of {', '.join(AuditAction.values)}."]
+        actor = params.get("actor")
+        if actor is not None and (len(actor) > 200 or "\x00" in actor):
+            errors["actor"] = ["must be at most 200 characters, without NUL."]
+        if errors:
+            raise ValidationError(errors)
+        return audit.entries(
+            using=db.database_alias(), job=job, queue=queue, action=action_name, actor=actor
+        )
+
+    @extend_schema(
+        operation_id="audit_list",
+        summary="The audit trail: who requeued, cancelled, ran now, paused, resumed, bulk ran",
+        description=(
+            "Every operator action from the admin, this API and `manage.py jobs`, newest "
+            "first: who (the username, token:<username>, or os:<login> for the CLI), when, "
+            "through which door, what it touched (a job, a queue; a bulk run's filter and "
+            "count in details). Needs durable_jobs.view_auditentry."
+        ),
+        parameters=AUDIT_FILTERS,
+        responses={
+            200: s.AuditEntrySerializer(many=True),
+            400: OpenApiResponse(s.ValidationErrorSerializer, description="A bad filter."),
+            **AUTH_ERRORS,
+        },
+    )
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
 
 class HealthView(JSONErrorsMixin, APIView):

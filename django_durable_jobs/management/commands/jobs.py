@@ -10,22 +10,31 @@ that a script sees one failure code whatever was wrong.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ... import bulk, operations, pausing, pruning
+from ... import audit, bulk, db, operations, pausing, pruning
 from ...api.stats import job_stats, queue_overview
+from ...authorization import (
+    AUDIT_READ_PERMISSION,
+    READ_PERMISSIONS,
+    Actor,
+    is_active_user,
+)
+from ...conf import jobs_settings
 from ...durations import format_duration, parse_duration
 from ...exceptions import InvalidPause
 from ...flow import describe_limits
 from ...held_back import describe_held_back
-from ...models import Job, JobStatus, QueueState
+from ...models import AuditAction, Job, JobStatus, QueueState
 from ...schedules.overview import schedule_overview
 
 DEFAULT_LIMIT = 50
@@ -41,6 +50,17 @@ BULK_OPTIONS = {
     "batch_size": "--batch-size",
 }
 LIST_COLUMNS = ("id", "type", "queue", "status", "attempts", "created_at")
+AUDIT_COLUMNS = ("at", "actor", "door", "action", "job_id", "queue", "details")
+#: Subcommands that change jobs or queues -> the action whose permission they need
+#: (``--all`` runs need the bulk one, the same permission).
+OPERATOR_SUBCOMMANDS = {
+    "requeue": "requeue",
+    "cancel": "cancel",
+    "pause": "pause",
+    "resume": "resume",
+}
+#: The environment variable that names the Django user, as ``--user`` does.
+USER_ENV = "DURABLE_JOBS_USER"
 
 
 def parse_ids(values: Sequence[str]) -> list[uuid.UUID]:
@@ -196,7 +216,7 @@ def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> str:
 class Command(BaseCommand):
     help = (
         "Inspect and manage durable jobs: stats, list, show, requeue, cancel, prune, "
-        "schedules, pause, resume."
+        "schedules, pause, resume, audit."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -205,6 +225,16 @@ class Command(BaseCommand):
         def add(name: str, help_text: str) -> CommandParser:
             command = sub.add_parser(name, help=help_text, description=help_text)
             command.add_argument("--json", action="store_true", help="Print JSON for scripts.")
+            command.add_argument(
+                "--user",
+                metavar="USERNAME",
+                help=(
+                    "Act as this Django user: its permissions are checked (as in the admin "
+                    f"and the REST API) and the audit trail names it (default: ${USER_ENV}; "
+                    "without either, the OS login is recorded and nothing is checked, unless "
+                    "DURABLE_JOBS['CLI_REQUIRE_USER'])."
+                ),
+            )
             return command
 
         add(
@@ -287,7 +317,23 @@ class Command(BaseCommand):
         resume = add("resume", "Let workers claim a paused queue's jobs again, at once.")
         resume.add_argument("queue", metavar="QUEUE", help="The queue to resume.")
 
+        trail = add(
+            "audit",
+            "The audit trail: who requeued, cancelled, ran now, paused, resumed or started a "
+            "bulk run, when, from which door (admin, rest, cli), newest first.",
+        )
+        trail.add_argument("--job", metavar="ID", help="Only the entries of this job.")
+        trail.add_argument("--queue", help="Only the entries of this queue.")
+        trail.add_argument("--action", help=f"Only this action ({', '.join(AuditAction.values)}).")
+        trail.add_argument("--actor", help="Only this actor, exactly (e.g. alice, os:deploy).")
+        trail.add_argument(
+            "--limit",
+            default=DEFAULT_LIMIT,
+            help=f"How many entries to show, at most {MAX_LIMIT} (default: %(default)s).",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
+        self.actor = self._actor(options)
         handler = getattr(self, "handle_" + options["subcommand"])
         data, text = handler(options)
         if options["json"]:
@@ -297,6 +343,62 @@ class Command(BaseCommand):
         failure = data.get("error") if isinstance(data, dict) else None
         if failure:
             raise CommandError(failure, returncode=1)
+
+    def _actor(self, options: dict[str, Any]) -> Actor:
+        """Who acts: ``--user`` (or ``$DURABLE_JOBS_USER``), checked; else the OS login.
+
+        Whoever runs ``manage.py`` can read the project's settings, and so
+        the database's password: the CLI cannot refuse them anything they
+        could not do with ``psql``. Naming a user makes the CLI check that
+        user's permissions exactly as the admin and the REST API do, and
+        ``CLI_REQUIRE_USER`` makes naming one mandatory (for shared shells
+        where the trail must name a person). Either way, the OS login is
+        recorded.
+        """
+        username = options.get("user") or os.environ.get(USER_ENV) or None
+        subcommand = options["subcommand"]
+        if username is None:
+            if jobs_settings.CLI_REQUIRE_USER:
+                raise CommandError(
+                    f"Name the Django user you act as: --user USERNAME or ${USER_ENV} "
+                    "(DURABLE_JOBS['CLI_REQUIRE_USER'] is True)",
+                    returncode=1,
+                )
+            return Actor.for_os_user("cli")
+        from django.contrib.auth import get_user_model
+
+        model = get_user_model()
+        try:
+            user = model._default_manager.get_by_natural_key(username)
+        except model.DoesNotExist:
+            raise CommandError(f"--user: no user {username!r}", returncode=1) from None
+        if not is_active_user(user):
+            raise CommandError(f"--user: {username!r} is not an active user", returncode=1)
+        actor = Actor.for_os_user("cli", user)
+        if subcommand == "audit":
+            needed: tuple[str, ...] = (AUDIT_READ_PERMISSION,)
+        elif subcommand in OPERATOR_SUBCOMMANDS:
+            # Checked before any input is read; the operation checks again (operations,
+            # bulk, pausing), as for the admin and the API.
+            needed = ()
+            actor.require(OPERATOR_SUBCOMMANDS[subcommand])
+        elif subcommand == "prune":
+            needed = ("durable_jobs.delete_job",)
+        else:
+            needed = READ_PERMISSIONS
+        if needed and not any(user.has_perm(perm) for perm in needed):
+            raise CommandError(
+                f"--user: {username!r} lacks the permission {' or '.join(needed)} needed for "
+                f"`jobs {subcommand}`",
+                returncode=1,
+            )
+        return actor
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        try:
+            return super().execute(*args, **options)
+        except PermissionDenied as exc:
+            raise CommandError(f"--user: {exc}", returncode=1) from None
 
     # Subcommands: each returns (JSON data, readable text).
 
@@ -387,7 +489,8 @@ class Command(BaseCommand):
         if options["all"] or options["all_dead"]:
             return self._bulk("requeue", options)
         ids = self._ids(options, "requeue")
-        return self._bulk_report("requeued", operations.requeue_many(ids), "dead or cancelled")
+        result = operations.requeue_many(ids, actor=self.actor)
+        return self._bulk_report("requeued", result, "dead or cancelled")
 
     def _ids(self, options: dict[str, Any], operation: str) -> list[uuid.UUID]:
         """The ids given, with no bulk option beside them; each must exist."""
@@ -446,6 +549,7 @@ class Command(BaseCommand):
             job_filter,
             batch_size=batch_size,
             on_batch=lambda progress: self._progress(progress.describe()),
+            actor=self.actor,
         )
         self._progress_done()
         data = {
@@ -461,7 +565,7 @@ class Command(BaseCommand):
         if options["all"]:
             return self._bulk("cancel", options)
         ids = self._ids(options, "cancel")
-        result = operations.cancel_many(ids)
+        result = operations.cancel_many(ids, actor=self.actor)
         data, text = self._bulk_report("cancelled", result, "pending, waiting or running")
         # Running jobs: asked to stop; they end cancelled when their handler does.
         data["cancel_requested"] = len(result.requested)
@@ -557,15 +661,53 @@ class Command(BaseCommand):
             except ValueError as exc:
                 raise CommandError(f"--for: {exc}", returncode=1) from None
         option = "--until" if until_text is not None else "--for"
-        state = self._queue_state(lambda: pausing.pause_queue(options["queue"], until), option)
+        state = self._queue_state(
+            lambda: pausing.pause_queue(options["queue"], until, actor=self.actor), option
+        )
         data = _queue_data(state.name)
         end = data["paused_until"]
         text = f"Queue {state.name} paused {'until resumed' if end is None else f'until {end}'}."
         return data, text
 
     def handle_resume(self, options: dict[str, Any]) -> tuple[Any, str]:
-        state = self._queue_state(lambda: pausing.resume_queue(options["queue"]), "")
+        state = self._queue_state(
+            lambda: pausing.resume_queue(options["queue"], actor=self.actor), ""
+        )
         return _queue_data(state.name), f"Queue {state.name} resumed."
+
+    def handle_audit(self, options: dict[str, Any]) -> tuple[Any, str]:
+        limit = parse_int(options["limit"], "--limit", low=1, high=MAX_LIMIT)
+        job = None if options["job"] is None else parse_ids([options["job"]])[0]
+        action = options["action"]
+        if action is not None and action not in AuditAction.values:
+            raise CommandError(
+                f"--action: unknown action {action!r}; choose from {', '.join(AuditAction.values)}",
+                returncode=1,
+            )
+        entries = audit.entries(
+            using=db.database_alias(),
+            job=job,
+            queue=options["queue"],
+            action=action,
+            actor=options["actor"],
+        )
+        rows = [audit.as_dict(entry) for entry in entries[:limit]]
+        text = table(
+            (
+                [
+                    row["at"],
+                    row["actor"],
+                    row["door"],
+                    row["action"],
+                    row["job_id"] or "-",
+                    row["queue"] or "-",
+                    json.dumps(row["details"], sort_keys=True) if row["details"] else "",
+                ]
+                for row in rows
+            ),
+            AUDIT_COLUMNS,
+        )
+        return rows, f"{text}\n({len(rows)} entr{'ies' if len(rows) != 1 else 'y'})"
 
     @staticmethod
     def _queue_state(change: Callable[[], QueueState], option: str) -> QueueState:
