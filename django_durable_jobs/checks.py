@@ -194,3 +194,88 @@ def check_listen_database(app_configs: Any = None, **kwargs: Any) -> list[checks
             )
         ]
     return []
+
+
+E010_OWN_TYPE = (
+    "{name}['API_ENQUEUE_TYPES'] lists {type!r}, one of the package's own job types: "
+    "REST callers may never enqueue those."
+)
+E010_BAD_NAME = "{name}[{key!r}] lists {value!r}: {message}"
+E010_HINT = (
+    "API_ENQUEUE_TYPES and API_ENQUEUE_QUEUES say what a REST client holding add_job may "
+    "enqueue. Leave them unset (None) for the safe default: registered handlers not declared "
+    "with a schedule, into declared queues (docs/explanation/security.md)."
+)
+W011_UNREGISTERED = (
+    "{name}['API_ENQUEUE_TYPES'] lists {type!r}, for which no handler is registered: "
+    "REST callers cannot enqueue it while API_ALLOW_UNREGISTERED_TYPES is False."
+)
+W011_HINT = "Register a handler for it with @job, or remove it from API_ENQUEUE_TYPES."
+
+
+@checks.register(checks.Tags.compatibility)
+def check_rest_enqueue_policy(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E010/W011: what REST callers may enqueue names real types and valid queues.
+
+    The package's own types (``durable_jobs.*``, bulk runs) can never be
+    allowed: a client that may enqueue would cancel every pending job.
+    """
+    from .exceptions import InvalidJob
+    from .names import OWN_TYPE_PREFIX, validate_queue, validate_type
+
+    user = getattr(settings, SETTINGS_NAME, None)
+    if not isinstance(user, Mapping):
+        return []
+    messages: list[checks.CheckMessage] = []
+    types = user.get("API_ENQUEUE_TYPES")
+    if types is not None and SETTINGS["API_ENQUEUE_TYPES"].is_valid(types):
+        allow_unregistered = user.get("API_ALLOW_UNREGISTERED_TYPES") is True
+        for name in sorted(types):
+            pattern = name.endswith(".*")
+            try:
+                validate_type(name[:-2] if pattern else name)
+            except InvalidJob as exc:
+                messages.append(
+                    checks.Error(
+                        E010_BAD_NAME.format(
+                            name=SETTINGS_NAME, key="API_ENQUEUE_TYPES", value=name, message=exc
+                        ),
+                        hint=E010_HINT,
+                        id="durable_jobs.E010",
+                    )
+                )
+                continue
+            # durable_jobs.bulk_cancel, durable_jobs.*, or a wider pattern (durable_j.*)
+            wider = pattern and OWN_TYPE_PREFIX.startswith(name[:-1])
+            if name.startswith(OWN_TYPE_PREFIX) or wider:
+                messages.append(
+                    checks.Error(
+                        E010_OWN_TYPE.format(name=SETTINGS_NAME, type=name),
+                        hint=E010_HINT,
+                        id="durable_jobs.E010",
+                    )
+                )
+            elif not pattern and not allow_unregistered and name not in registry:
+                messages.append(
+                    checks.Warning(
+                        W011_UNREGISTERED.format(name=SETTINGS_NAME, type=name),
+                        hint=W011_HINT,
+                        id="durable_jobs.W011",
+                    )
+                )
+    queues = user.get("API_ENQUEUE_QUEUES")
+    if queues is not None and SETTINGS["API_ENQUEUE_QUEUES"].is_valid(queues):
+        for name in sorted(queues):
+            try:
+                validate_queue(name)
+            except InvalidJob as exc:
+                messages.append(
+                    checks.Error(
+                        E010_BAD_NAME.format(
+                            name=SETTINGS_NAME, key="API_ENQUEUE_QUEUES", value=name, message=exc
+                        ),
+                        hint=E010_HINT,
+                        id="durable_jobs.E010",
+                    )
+                )
+    return messages
