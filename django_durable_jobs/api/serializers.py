@@ -217,7 +217,9 @@ class EnqueueSerializer(serializers.Serializer[None]):
         help_text=(
             f"Job type (handler name), at most {TYPE_MAX_LENGTH} characters, without "
             "surrounding whitespace or NUL. Unless DURABLE_JOBS['API_ALLOW_UNREGISTERED_TYPES'], "
-            "a type some handler of this process is registered for."
+            "a type some handler of this process is registered for; never the package's own "
+            "(durable_jobs.*); by default not one declared with a schedule, or exactly those of "
+            "DURABLE_JOBS['API_ENQUEUE_TYPES']."
         ),
     )
     payload = JSONObjectField(
@@ -239,12 +241,19 @@ class EnqueueSerializer(serializers.Serializer[None]):
     queue = StrictCharField(
         required=False,
         schema=QUEUE_SCHEMA,
-        help_text=f"Queue name (letters, digits, '_', '-', '.'), at most {QUEUE_MAX_LENGTH}.",
+        help_text=(
+            f"Queue name (letters, digits, '_', '-', '.'), at most {QUEUE_MAX_LENGTH}; one the "
+            "project declared (DEFAULT_QUEUE, QUEUES, handlers' queues) or listed in "
+            "DURABLE_JOBS['API_ENQUEUE_QUEUES']."
+        ),
     )
     priority = StrictIntegerField(
         required=False,
         schema={"type": "integer", "minimum": PRIORITY_MIN, "maximum": PRIORITY_MAX},
-        help_text=f"Higher runs first; {PRIORITY_MIN} to {PRIORITY_MAX}.",
+        help_text=(
+            f"Higher runs first; {PRIORITY_MIN} to DURABLE_JOBS['API_MAX_PRIORITY'] (default 0: "
+            "REST callers may lower a job's priority, not raise it above the default)."
+        ),
     )
     delay_seconds = SecondsField(
         required=False,
@@ -264,7 +273,9 @@ class EnqueueSerializer(serializers.Serializer[None]):
     max_attempts = StrictIntegerField(
         required=False,
         schema={"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS_LIMIT},
-        help_text=f"Attempts before the job goes dead; 1 to {MAX_ATTEMPTS_LIMIT}.",
+        help_text=(
+            "Attempts before the job goes dead; 1 to DURABLE_JOBS['API_MAX_ATTEMPTS'] (default 25)."
+        ),
     )
     timeout = SecondsField(
         required=False,
