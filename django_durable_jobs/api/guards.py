@@ -5,8 +5,12 @@ In order, each cheaper than the next and none reading more than it must:
 1. the body's announced size (413, or 411 for a chunked POST), unread;
 2. a state-changing request's ``Content-Type``: ``application/json`` or 415,
    so that no cross-site HTML form can make one (``parsers.check_json_content_type``);
-3. DRF's authentication, permissions and throttles;
-4. for the actions that take no options (``empty_body_actions``), the body:
+3. the client address's failed authentications: 429 without running any
+   authentication class once ``API_FAILED_AUTH_RATE`` is reached
+   (``throttling``); a failure counts;
+4. DRF's authentication, permissions and throttles (``API_THROTTLE_CLASSES``,
+   scoped by ``throttle_scope``);
+5. for the actions that take no options (``empty_body_actions``), the body:
    a JSON object without keys, ``{}`` (an empty body counts as ``{}``).
 
 The health view has none of this: it authenticates nobody and changes nothing.
@@ -18,10 +22,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rest_framework import serializers
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import AuthenticationFailed, ValidationError
 from rest_framework.request import Request
+from rest_framework.throttling import BaseThrottle
 
 from .parsers import BoundedJSONParser, check_body_size, check_json_content_type
+from .throttling import failed_authentications, throttle_classes, throttle_scope
 
 
 class EmptyBodySerializer(serializers.Serializer[None]):
@@ -51,8 +57,17 @@ class RequestGuardsMixin:
     #: Actions whose body must be ``{}`` (check_empty_body).
     empty_body_actions: frozenset[str] = frozenset()
 
-    # Provided by the viewset (ViewSetMixin).
+    # Provided by the viewset (ViewSetMixin / APIView).
     action: str | None
+    request: Request
+
+    @property
+    def throttle_scope(self) -> str | None:
+        """``ScopedRateThrottle``'s scope: reads, enqueue, or the operator's calls."""
+        return throttle_scope(self.request.method or "GET", self.action)
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        return [cls() for cls in throttle_classes()]
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         # Before authentication: nothing is read, nothing is hashed, no query.
@@ -63,3 +78,14 @@ class RequestGuardsMixin:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
         if self.action in self.empty_body_actions:
             check_empty_body(request.data)
+
+    def perform_authentication(self, request: Request) -> None:
+        failures = failed_authentications(request)
+        if failures is not None:
+            failures.refuse_if_exhausted()
+        try:
+            super().perform_authentication(request)  # type: ignore[misc]
+        except AuthenticationFailed:
+            if failures is not None:
+                failures.record()
+            raise

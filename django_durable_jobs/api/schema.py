@@ -160,6 +160,16 @@ BAD_BODY = {
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ValidationError"}}},
     "description": "The body is not JSON, or not the object this call takes.",
 }
+THROTTLED = {
+    "headers": {"Retry-After": RETRY_AFTER},
+    "content": {"application/json": {"schema": ERROR}},
+    "description": (
+        "Throttled; retry after Retry-After seconds. Error too_many_failed_authentications: "
+        "this address failed to authenticate DURABLE_JOBS['API_FAILED_AUTH_RATE'] times in "
+        "the window, and no credentials are checked until it ends. Error throttled: a DRF "
+        "throttle the project switched on (DURABLE_JOBS['API_THROTTLE_CLASSES'])."
+    ),
+}
 
 
 def _declare_unavailable(responses: dict[str, Any]) -> None:
@@ -193,8 +203,10 @@ class JobsAutoSchema(AutoSchema):
                 response["links"] = links
         responses = operation["responses"]
         if operation["operationId"] != "health_retrieve":
-            # /api/health/ answers its own 503 (a Health body) when the database is down.
+            # /api/health/ answers its own 503 (a Health body) when the database is down,
+            # and authenticates nobody: no 429 either.
             _declare_unavailable(responses)
+            responses.setdefault("429", THROTTLED)
         if self.method in UNSAFE_METHODS:
             # The body is required: without one (and its Content-Type) the answer is 415.
             body = operation.get("requestBody")
