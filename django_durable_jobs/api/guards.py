@@ -57,14 +57,11 @@ class RequestGuardsMixin:
     #: Actions whose body must be ``{}`` (check_empty_body).
     empty_body_actions: frozenset[str] = frozenset()
 
-    # Provided by the viewset (ViewSetMixin / APIView).
-    action: str | None
-    request: Request
-
     @property
     def throttle_scope(self) -> str | None:
         """``ScopedRateThrottle``'s scope: reads, enqueue, or the operator's calls."""
-        return throttle_scope(self.request.method or "GET", self.action)
+        request: Request = getattr(self, "request")  # noqa: B009 (set by APIView.dispatch)
+        return throttle_scope(request.method or "GET", getattr(self, "action", None))
 
     def get_throttles(self) -> list[BaseThrottle]:
         return [cls() for cls in throttle_classes()]
@@ -72,11 +69,12 @@ class RequestGuardsMixin:
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         # Before authentication: nothing is read, nothing is hashed, no query.
         check_body_size(request)
-        if self.action is not None:
+        action = getattr(self, "action", None)  # ViewSetMixin's: None for an unrouted method
+        if action is not None:
             # A method the route does not take is a 405 (DRF's, in dispatch), not a 415.
             check_json_content_type(request)
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
-        if self.action in self.empty_body_actions:
+        if action in self.empty_body_actions:
             check_empty_body(request.data)
 
     def perform_authentication(self, request: Request) -> None:

@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import cast
 
 from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
@@ -173,5 +174,6 @@ def throttle_classes() -> Sequence[type[BaseThrottle]]:
     """``API_THROTTLE_CLASSES``, or DRF's default; read on each request (``override_settings``)."""
     paths = jobs_settings.API_THROTTLE_CLASSES
     if paths is None:
-        return tuple(api_settings.DEFAULT_THROTTLE_CLASSES)
+        # Imported by DRF's settings (an IMPORT_STRINGS key), though typed as strings.
+        return tuple(cast("Sequence[type[BaseThrottle]]", api_settings.DEFAULT_THROTTLE_CLASSES))
     return _load(tuple(paths))
