@@ -26,6 +26,7 @@ from .constants import (
     PRIORITY_MIN,
 )
 from .durations import is_seconds, parse_duration
+from .flow import FlowError, parse_rate_limit
 from .names import is_queue_name
 
 SETTINGS_NAME = "DURABLE_JOBS"
@@ -74,6 +75,24 @@ def _import_strings(value: Any) -> bool:
         and bool(value)
         and all(isinstance(item, str) and "." in item and item.strip() == item for item in value)
     )
+
+
+def _import_strings_or_none(value: Any) -> bool:
+    # Unlike the permission classes, an empty list is meaningful: no throttle.
+    return value is None or (
+        isinstance(value, (list, tuple))
+        and all(isinstance(item, str) and "." in item and item.strip() == item for item in value)
+    )
+
+
+def _rate_or_none(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        parse_rate_limit(value)
+    except FlowError:
+        return False
+    return True
 
 
 def _page_size(value: Any) -> bool:
@@ -323,6 +342,21 @@ SETTINGS: dict[str, Setting] = {
         _import_strings,
         "a non-empty list or tuple of dotted import paths of DRF permission classes",
         "DRF permission classes that guard every REST endpoint but health (all must allow).",
+    ),
+    "API_FAILED_AUTH_RATE": Setting(
+        "10/m",
+        _rate_or_none,
+        "None, or N/s, N/m or N/h (say '10/m')",
+        "Failed authentications one client address may make per window before the REST API "
+        "answers its requests 429 without checking credentials (counted in Django's default "
+        "cache); None: never.",
+    ),
+    "API_THROTTLE_CLASSES": Setting(
+        None,
+        _import_strings_or_none,
+        "None, or a list or tuple of dotted import paths of DRF throttle classes",
+        "DRF throttle classes for every REST endpoint but health; None: REST_FRAMEWORK's "
+        "DEFAULT_THROTTLE_CLASSES (none unless the project sets some).",
     ),
     "API_MAX_TIMEOUT_SECONDS": Setting(
         3600.0,

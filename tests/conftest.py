@@ -19,6 +19,22 @@ def clean_registry() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def fresh_cache() -> Iterator[None]:
+    """Empty Django's cache after each test.
+
+    The REST API counts failed authentications there, per client address
+    (``API_FAILED_AUTH_RATE``); the test client's address is always
+    127.0.0.1, so one test's wrong passwords would otherwise refuse the next
+    test's requests with 429.
+    """
+    from django.core.cache import caches
+
+    yield
+    for cache in caches.all(initialized_only=True):
+        cache.clear()
+
+
+@pytest.fixture(autouse=True)
 def fresh_wait_listeners() -> Iterator[None]:
     """Close the test's ``wait()`` listeners (and their LISTEN connections) after it.
 

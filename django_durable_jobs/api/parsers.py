@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from django.conf import settings
-from rest_framework.exceptions import ParseError
+from django.utils.http import parse_header_parameters
+from rest_framework.exceptions import ParseError, UnsupportedMediaType
 from rest_framework.parsers import BaseParser
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 
 from ..conf import jobs_settings
@@ -58,6 +60,35 @@ def check_body_size(request: Request) -> None:
     chunked = "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
     if chunked and not length and request.method == "POST":
         raise LengthRequired()
+
+
+def check_json_content_type(request: Request) -> None:
+    """415 unless a state-changing request says its body is ``application/json``.
+
+    Whether or not the view reads a body: a cross-site HTML form can only send
+    ``application/x-www-form-urlencoded``, ``multipart/form-data`` or
+    ``text/plain``, and a cross-site ``fetch()`` that sends
+    ``application/json`` needs a CORS preflight the API never grants. So no
+    page of another site can make a browser requeue, cancel, pause or enqueue
+    with the HTTP Basic credentials (or the token) it holds for this one.
+    Checked before authentication: such a request costs no password check.
+    """
+    if request.method in SAFE_METHODS:
+        return
+    raw = request.META.get("CONTENT_TYPE", "")
+    try:
+        media_type, _ = parse_header_parameters(raw)
+    except ValueError:  # an RFC 2231 parameter in an unknown charset
+        media_type = ""
+    if media_type != "application/json":
+        shown = f"{raw[:100]!r}" if raw else "none"
+        raise UnsupportedMediaType(
+            raw,
+            detail=(
+                f"Send a JSON body with Content-Type: application/json ({{}} when there is "
+                f"nothing to say); the request's Content-Type was {shown}."
+            ),
+        )
 
 
 def _reject_constant(name: str) -> Any:

@@ -87,6 +87,21 @@ class EnqueueRequestExtension(OpenApiSerializerExtension):  # type: ignore[no-un
         }
 
 
+class EmptyBodyExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
+    """The body of requeue, cancel and resume: ``{}``, no key allowed."""
+
+    target_class = "django_durable_jobs.api.guards.EmptyBodySerializer"
+
+    def map_serializer(self, auto_schema: AutoSchema, direction: Any) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "maxProperties": 0,
+            "description": "No options: send {} (an empty body with this content type counts "
+            "as {}).",
+        }
+
+
 def _link(operation_id: str, parameter: str, expression: str, description: str) -> dict[str, Any]:
     return {
         "operationId": operation_id,
@@ -136,6 +151,30 @@ RETRY_AFTER = {
     "description": "Seconds to wait before asking again.",
 }
 ERROR = {"$ref": "#/components/schemas/Error"}
+#: Methods whose request must carry a JSON body (guards.py, parsers.check_json_content_type).
+UNSAFE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+NOT_JSON = {
+    "content": {"application/json": {"schema": ERROR}},
+    "description": (
+        "The request's Content-Type is not application/json (a form, text/plain, none): "
+        "error unsupported_media_type. Every call that changes something takes a JSON body, "
+        "{} when there is nothing to say."
+    ),
+}
+BAD_BODY = {
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ValidationError"}}},
+    "description": "The body is not JSON, or not the object this call takes.",
+}
+THROTTLED = {
+    "headers": {"Retry-After": RETRY_AFTER},
+    "content": {"application/json": {"schema": ERROR}},
+    "description": (
+        "Throttled; retry after Retry-After seconds. Error too_many_failed_authentications: "
+        "this address failed to authenticate DURABLE_JOBS['API_FAILED_AUTH_RATE'] times in "
+        "the window, and no credentials are checked until it ends. Error throttled: a DRF "
+        "throttle the project switched on (DURABLE_JOBS['API_THROTTLE_CLASSES'])."
+    ),
+}
 
 
 def _declare_unavailable(responses: dict[str, Any]) -> None:
@@ -190,9 +229,19 @@ class JobsAutoSchema(AutoSchema):
             response = operation["responses"].get(code)
             if response is not None:
                 response["links"] = links
+        responses = operation["responses"]
         if operation["operationId"] == "jobs_create":
-            _allow_receipt(operation["responses"])
+            _allow_receipt(responses)
         if operation["operationId"] != "health_retrieve":
-            # /api/health/ answers its own 503 (a Health body) when the database is down.
-            _declare_unavailable(operation["responses"])
+            # /api/health/ answers its own 503 (a Health body) when the database is down,
+            # and authenticates nobody: no 429 either.
+            _declare_unavailable(responses)
+            responses.setdefault("429", THROTTLED)
+        if self.method in UNSAFE_METHODS:
+            # The body is required: without one (and its Content-Type) the answer is 415.
+            body = operation.get("requestBody")
+            if body is not None:
+                body["required"] = True
+            responses.setdefault("400", BAD_BODY)
+            responses.setdefault("415", NOT_JSON)
         return operation

@@ -36,8 +36,8 @@ from ..schedules.overview import schedule_overview
 from . import long_poll
 from . import serializers as s
 from .errors import IdempotencyConflictError, exception_handler
+from .guards import EmptyBodySerializer, RequestGuardsMixin
 from .pagination import AuditCursorPagination, JobCursorPagination
-from .parsers import BoundedJSONParser, check_body_size
 from .permissions import permission_classes
 from .schema import KEY_SCHEMA, QUEUE_SCHEMA, TYPE_SCHEMA, JobsAutoSchema
 from .stats import health_stats, job_stats, queue_overview
@@ -84,25 +84,19 @@ def _actor(request: Request) -> Actor:
     return Actor.from_request(request, "rest")
 
 
-class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
+class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
     """Enqueue, list, inspect, requeue and cancel jobs."""
 
     permission_scope = "jobs"
     queryset = Job.objects.all()
     serializer_class = s.JobSerializer
     pagination_class = JobCursorPagination
-    parser_classes = (BoundedJSONParser,)
+    empty_body_actions = frozenset({"requeue", "cancel"})
     # Any segment reaches the view, so a malformed id is a JSON 404, not Django's page.
     lookup_value_regex = "[^/]+"
 
     def get_permissions(self) -> list[BasePermission]:
         return [cls() for cls in permission_classes()]
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        # Before authentication: an oversized body is refused without reading it
-        # and without a database query.
-        check_body_size(request)
-        super().initial(request, *args, **kwargs)
 
     # -- helpers -------------------------------------------------------------
 
@@ -276,7 +270,7 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
     @extend_schema(
         summary="Requeue a dead or cancelled job",
         description="Back to pending, attempts 0, runnable now; the error history is kept.",
-        request=None,
+        request=EmptyBodySerializer,
         parameters=[JOB_ID],
         responses={200: s.JobDetailSerializer, **AUTH_ERRORS, **NOT_FOUND, **STATE_CONFLICT},
     )
@@ -295,7 +289,7 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
             "retried, when the handler stops (or after TIMEOUT_GRACE_SECONDS if it "
             "never checks). Asking again is harmless (202 again). A finished job: 409."
         ),
-        request=None,
+        request=EmptyBodySerializer,
         parameters=[JOB_ID],
         responses={
             200: OpenApiResponse(
@@ -327,7 +321,7 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
 
 
 # Any: no model; the schedules are declared in code and settings.
-class ScheduleViewSet(JSONErrorsMixin, GenericViewSet[Any]):
+class ScheduleViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Any]):
     """The declared schedules, with their last and next tick (read-only).
 
     The same list as ``manage.py jobs schedules --json``; the permission is
@@ -368,7 +362,7 @@ BAD_PAUSE = {
 
 
 # Any: no model behind a queue's JSON (stats.queue_overview builds it).
-class QueueViewSet(JSONErrorsMixin, GenericViewSet[Any]):
+class QueueViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Any]):
     """The queues, with counts, limits and paused state; pause and resume one.
 
     Permissions as the job actions': listing is ``list``'s, pausing and
@@ -377,17 +371,13 @@ class QueueViewSet(JSONErrorsMixin, GenericViewSet[Any]):
 
     serializer_class = s.QueueSerializer
     permission_scope = "queues"
-    parser_classes = (BoundedJSONParser,)
+    empty_body_actions = frozenset({"resume"})
     lookup_field = "name"
     # Any segment reaches the view, so a bad name is a JSON 400, not Django's 404 page.
     lookup_value_regex = "[^/]+"
 
     def get_permissions(self) -> list[BasePermission]:
         return [cls() for cls in permission_classes()]
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        check_body_size(request)
-        super().initial(request, *args, **kwargs)
 
     def _answer(self, name: str) -> Response:
         (queue,) = queue_overview(only=name)
@@ -430,7 +420,7 @@ class QueueViewSet(JSONErrorsMixin, GenericViewSet[Any]):
         summary="Resume a paused queue",
         description="Workers claim its jobs again at once; resuming a queue not paused is no "
         "error.",
-        request=None,
+        request=EmptyBodySerializer,
         parameters=[QUEUE_NAME],
         responses={
             200: s.QueueSerializer,
@@ -458,7 +448,7 @@ AUDIT_FILTERS = [
 ]
 
 
-class AuditViewSet(JSONErrorsMixin, GenericViewSet[AuditEntry]):
+class AuditViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[AuditEntry]):
     """The audit trail: every operator action, from every door, newest first (read-only)."""
 
     permission_scope = "audit"

@@ -7,6 +7,7 @@ import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -43,11 +44,15 @@ def staff_client() -> Client:
     return client
 
 
+def cancel_over_rest(job: Job) -> Any:
+    return staff_client().post(f"/api/jobs/{job.pk}/cancel", {}, content_type="application/json")
+
+
 def test_example_cancellable_stops_within_a_second_of_the_rest_call(workers: Workers) -> None:
     job = enqueue("example.cancellable", {"seconds": 120}, max_attempts=3).job
     proc = workers.start("--concurrency", "2", "--poll-interval", "0.2")
     wait_for(lambda: status(job) == JobStatus.RUNNING, 60, "the job to start")
-    response = staff_client().post(f"/api/jobs/{job.pk}/cancel")
+    response = cancel_over_rest(job)
     assert response.status_code == 202, response.content
     assert response.json()["status"] == "running"
     wait_for(lambda: status(job) == JobStatus.CANCELLED, 30, "the job to end cancelled")
@@ -73,7 +78,7 @@ def test_a_cancelled_job_of_a_killed_worker_is_reaped_cancelled(workers: Workers
     job = enqueue("tests.ignores_cancel", {"seconds": 120}, max_attempts=5).job
     first = workers.start("--concurrency", "1", "--lease-seconds", "1", "--poll-interval", "0.2")
     wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists(), 60, "the job to start")
-    assert staff_client().post(f"/api/jobs/{job.pk}/cancel").status_code == 202
+    assert cancel_over_rest(job).status_code == 202
     wait_for(
         lambda: f"Cancel requested for job {job.pk}" in workers.output(), 30, "the worker to hear"
     )

@@ -12,10 +12,12 @@ refused, authentication not ignored.
 
 The server is pytest-django's ``live_server`` (the example project's
 settings and URLs, with the test handlers), as a staff user over HTTP
-Basic, with two settings of the fuzz run: ``API_ALLOW_UNREGISTERED_TYPES``
+Basic, with three settings of the fuzz run: ``API_ALLOW_UNREGISTERED_TYPES``
 (any valid type name is accepted, as the schema says; the registered-types
-rule has its tests in tests/integration/test_api.py), and ``?wait=`` cut
-to 10 ms (a case waits no longer; the long poll is tested in
+rule has its tests in tests/integration/test_api.py), no
+``API_FAILED_AUTH_RATE`` (schemathesis tries wrong credentials on every
+operation; the limit is tested in test_api_throttling.py), and ``?wait=``
+cut to 10 ms (a case waits no longer; the long poll is tested in
 test_api_wait.py).
 
 Some rules a JSON Schema cannot state; positive cases (those that should be
@@ -105,7 +107,14 @@ seen = Seen()
 @pytest.fixture
 def fuzz_server(live_server: Any, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The live server's URL, a staff user for AUTH, the fuzz run's settings."""
-    settings.DURABLE_JOBS = {**settings.DURABLE_JOBS, "API_ALLOW_UNREGISTERED_TYPES": True}
+    settings.DURABLE_JOBS = {
+        **settings.DURABLE_JOBS,
+        "API_ALLOW_UNREGISTERED_TYPES": True,
+        # schemathesis' ignored_auth check sends wrong Basic and Token credentials
+        # to every operation, all from 127.0.0.1: with the failed-authentication
+        # throttle on, the run's own requests would soon be answered 429.
+        "API_FAILED_AUTH_RATE": None,
+    }
     real_wait = long_poll.wait
 
     def short_wait(job_id: uuid.UUID, timeout: float) -> Any:

@@ -74,7 +74,7 @@ def api() -> Client:
 
 def cancel_over_rest(job_id: uuid.UUID) -> tuple[int, dict[str, Any], float]:
     """POST /api/jobs/{id}/cancel: (status code, body, monotonic time it answered)."""
-    response = api().post(f"/api/jobs/{job_id}/cancel")
+    response = api().post(f"/api/jobs/{job_id}/cancel", {}, content_type="application/json")
     return response.status_code, response.json(), time.monotonic()
 
 
