@@ -301,6 +301,14 @@ SETTINGS: dict[str, Setting] = {
         "Jobs per page in the REST API's list (?page_size= may ask for up to "
         f"{API_MAX_PAGE_SIZE}).",
     ),
+    "API_MAX_PAGE_BYTES": Setting(
+        4_194_304,
+        _positive_int,
+        "an integer >= 1",
+        "Most bytes of rows one REST list page carries when ?include= asks for payloads, "
+        "results or errors: the page ends before the row that would pass it (one row at "
+        "least), and its next cursor continues from there.",
+    ),
     "RETENTION": Setting(
         {"completed": "7d", "cancelled": "7d", "dead": "30d"},
         _retention,

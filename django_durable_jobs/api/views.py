@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django.db import DatabaseError
 from django.db.models import QuerySet
@@ -68,6 +68,24 @@ JOB_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, descri
 NAME_FILTERS = {"type": validate_type, "queue": validate_queue}
 
 
+def _included(request: Request) -> tuple[str, ...]:
+    """``?include=``'s field names, in ``INCLUDABLE_FIELDS``' order; another name is a 400."""
+    names: set[str] = set()
+    for value in request.query_params.getlist("include"):
+        names.update(name.strip() for name in value.split(",") if name.strip())
+    unknown = sorted(names - set(s.INCLUDABLE_FIELDS))
+    if unknown:
+        raise ValidationError(
+            {
+                "include": [
+                    f"unknown field {', '.join(map(repr, unknown))}: "
+                    f"may name {', '.join(s.INCLUDABLE_FIELDS)}."
+                ]
+            }
+        )
+    return tuple(name for name in s.INCLUDABLE_FIELDS if name in names)
+
+
 class JSONErrorsMixin:
     """JSON only, errors in the ``{"error", "detail"}`` shape, whatever the project's defaults."""
 
@@ -83,7 +101,7 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
     """Enqueue, list, inspect, requeue and cancel jobs."""
 
     queryset = Job.objects.all()
-    serializer_class = s.JobSerializer
+    serializer_class = s.JobSummarySerializer
     pagination_class = JobCursorPagination
     parser_classes = (BoundedJSONParser,)
     # Any segment reaches the view, so a malformed id is a JSON 404, not Django's page.
@@ -180,10 +198,27 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
 
     @extend_schema(
         summary="List jobs, newest first",
+        description=(
+            "Summaries: a row has no payload, result, last_error or errors unless "
+            "`?include=` names them (the job's own page, GET /api/jobs/{id}, always has them)."
+        ),
         parameters=[
             OpenApiParameter("status", str, enum=JobStatus.values, description="Only this status."),
             OpenApiParameter("type", TYPE_SCHEMA, description="Only this job type."),
             OpenApiParameter("queue", QUEUE_SCHEMA, description="Only this queue."),
+            OpenApiParameter(
+                "include",
+                {"type": "array", "items": {"type": "string", "enum": list(s.INCLUDABLE_FIELDS)}},
+                style="form",
+                explode=False,
+                description=(
+                    "Fields the rows leave out unless named here, comma-separated: "
+                    f"{', '.join(s.INCLUDABLE_FIELDS)}. With any of them, a page also ends "
+                    "before the row that would take its rows over API_MAX_PAGE_BYTES "
+                    "(one row at least): it may hold fewer than page_size rows while "
+                    "`next` is not null."
+                ),
+            ),
             OpenApiParameter(
                 "page_size",
                 {"type": "integer", "minimum": 1, "maximum": API_MAX_PAGE_SIZE},
@@ -191,14 +226,26 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
             ),
         ],
         responses={
-            200: s.JobSerializer(many=True),
+            200: s.JobSummarySerializer(many=True),
             400: OpenApiResponse(s.ValidationErrorSerializer, description="Bad filter or cursor."),
             **AUTH_ERRORS,
         },
     )
     def list(self, request: Request) -> Response:
-        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+        include = _included(request)
+        # Never read from the database what the rows will not carry.
+        jobs = self.filter_queryset(self.get_queryset()).defer(*s.INCLUDABLE_FIELDS)
+        context = {**self.get_serializer_context(), "include": include}
+
+        def serialize(page: list[Job]) -> list[dict[str, Any]]:
+            return list(s.JobSummarySerializer(page, many=True, context=context).data)
+
+        if include:
+            paginator = cast("JobCursorPagination", self.paginator)
+            rows = paginator.paginate_within_budget(jobs, request, self, include, serialize)
+        else:
+            rows = serialize(self.paginate_queryset(jobs) or [])
+        return self.get_paginated_response(rows)
 
     @extend_schema(
         summary="One job, with its result and failure history",
