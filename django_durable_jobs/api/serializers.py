@@ -591,12 +591,23 @@ class QueueStatsSerializer(StatusCountsSerializer):
         allow_null=True, help_text="When the pause lifts by itself; null: until resumed."
     )
     held_back = HeldBackSerializer(help_text=HELD_BACK_HELP)
+    estimated = serializers.ListField(
+        child=serializers.CharField(),  # a status; an enum here would rename StatusEnum
+        help_text="The statuses whose counts for this queue are the planner's estimates.",
+    )
 
 
 class StatsSerializer(serializers.Serializer[dict[str, Any]]):
     total = serializers.IntegerField()
     statuses = StatusCountsSerializer()
     queues = serializers.DictField(child=QueueStatsSerializer())
+    estimated = serializers.ListField(
+        child=serializers.CharField(),  # a status; an enum here would rename StatusEnum
+        help_text=(
+            "The statuses whose counts are PostgreSQL's estimates somewhere in this answer "
+            "(the total then too); empty: every number is exact."
+        ),
+    )
     oldest_pending_age_seconds = serializers.FloatField(
         allow_null=True,
         help_text=(

@@ -347,6 +347,16 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
 
     @extend_schema(
         summary="Counts by queue and status, and queue lag",
+        description=(
+            "Bounded work, whatever the history: each queue's pending, waiting and dead jobs "
+            "are counted exactly up to 1,000, running jobs in full, completed and cancelled "
+            "jobs exactly while the table holds at most 10,000 of that status. Past those, "
+            "the number is PostgreSQL's planner estimate (from the table's statistics, "
+            "reading no rows), and its status is listed in `estimated` (the queue's and the "
+            "answer's). Queues: those declared in DURABLE_JOBS['QUEUES'], holding pending, "
+            "running, waiting or dead jobs, paused, with outcomes in the last hour, or (while "
+            "their history is counted exactly) with completed or cancelled jobs."
+        ),
         responses={200: s.StatsSerializer, **AUTH_ERRORS},
     )
     @action(detail=False, methods=["get"])

@@ -471,6 +471,23 @@ def test_stats_counts_by_queue_and_status(staff: Api, slash: str) -> None:
     assert 590 < default["oldest_pending_age_seconds"] < 900
     assert low["oldest_pending_age_seconds"] is None
     assert stats["oldest_pending_age_seconds"] == default["oldest_pending_age_seconds"]
+    assert stats["estimated"] == [] and default["estimated"] == []
+
+
+def test_stats_count_the_finished_history_exactly_on_a_small_table(staff: Api) -> None:
+    # A queue that holds only finished jobs, long done: known from its history.
+    for status, n in ((JobStatus.COMPLETED, 3), (JobStatus.CANCELLED, 2)):
+        for _ in range(n):
+            make(status, queue="old")
+    make(JobStatus.COMPLETED)
+    stats = staff.get("/api/jobs/stats").json()
+    assert stats["statuses"] == {
+        "pending": 0, "running": 0, "completed": 4, "dead": 0, "cancelled": 2, "waiting": 0,
+    }  # fmt: skip
+    old = stats["queues"]["old"]
+    assert (old["completed"], old["cancelled"], old["total"], old["estimated"]) == (3, 2, 5, [])
+    assert stats["queues"]["default"]["completed"] == 1
+    assert stats["total"] == 6 and stats["estimated"] == []
 
 
 @SLASHES
