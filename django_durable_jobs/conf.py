@@ -294,6 +294,13 @@ SETTINGS: dict[str, Setting] = {
         "Most GET /api/jobs/{id}?wait= requests one process holds at once (each holds a server "
         "thread); above it, 503 with Retry-After.",
     ),
+    "API_MAX_WAITING_REQUESTS_PER_USER": Setting(
+        2,
+        _positive_int,
+        "an integer >= 1",
+        "Most of a process's waiting GET /api/jobs/{id}?wait= requests one user (or, "
+        "unauthenticated, one client address) holds; above it, 503 with Retry-After.",
+    ),
     "API_PAGE_SIZE": Setting(
         50,
         _page_size,

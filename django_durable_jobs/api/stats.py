@@ -57,9 +57,10 @@ def job_stats(using: str | None = None) -> dict[str, Any]:
     Bounded work, whatever the history, as the admin's Queues page: the
     queues are those ``db.active_queues`` finds by index probes (holding
     unfinished or dead jobs, or with outcomes in the last hour), the paused
-    ones, and, while they are counted exactly, those with finished jobs; their pending, waiting and dead jobs are counted
-    exactly up to ``EXACT_COUNT_CAP`` each, then estimated by the planner,
-    their running jobs in full (at most the workers' slots). Completed and
+    ones, and, while they are counted exactly, those with finished jobs;
+    their pending, waiting and dead jobs are counted exactly up to
+    ``EXACT_COUNT_CAP`` each, then estimated by the planner, their running
+    jobs in full (at most the workers' slots). Completed and
     cancelled jobs, the history, are counted exactly while there are at most
     ``FINISHED_COUNT_LIMIT`` of a status (the newest of them, read through
     ``durable_jobs_status_idx``); past that, each number of that status is the

@@ -253,8 +253,11 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
             "With `?wait=S` (seconds, > 0 and at most 30), a long poll: the answer comes as "
             "soon as the job is finished (completed, dead or cancelled), or after S seconds "
             "with the job as it is then (still 200: read its status). A waiting request holds "
-            "a server thread; at most API_MAX_WAITING_REQUESTS wait at once per process, and "
-            "one more that would have to wait is answered 503 with Retry-After."
+            "a server thread; at most API_MAX_WAITING_REQUESTS wait at once per process, "
+            "API_MAX_WAITING_REQUESTS_PER_USER of them for one user, and one more that would "
+            "have to wait is answered 503 with Retry-After. A client that hangs up frees its "
+            "slot within about a second where the WSGI server shows the connection "
+            "(runserver, gunicorn), else when its wait ends."
         ),
         parameters=[
             JOB_ID,
@@ -288,7 +291,8 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
                 s.TooManyWaitingSerializer,
                 description=(
                     "`?wait=` on an unfinished job while API_MAX_WAITING_REQUESTS requests "
-                    "already wait in this process; Retry-After says when to try again."
+                    "already wait in this process, or API_MAX_WAITING_REQUESTS_PER_USER of "
+                    "this user's; Retry-After says when to try again."
                 ),
             ),
         },
@@ -298,7 +302,7 @@ class JobViewSet(JSONErrorsMixin, GenericViewSet[Job]):
         seconds = long_poll.wait_seconds(request.query_params)
         job = Job.objects.get(pk=job_id)
         if seconds is not None and job.status not in FINISHED_STATUSES:
-            job = long_poll.wait_for(job_id, seconds)
+            job = long_poll.wait_for(job_id, seconds, request)
         return self._answer(job)
 
     @extend_schema(
