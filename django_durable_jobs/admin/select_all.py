@@ -22,6 +22,7 @@ the one request that follows the click, without a confirmation.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
@@ -34,13 +35,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from .. import bulk
-
-if TYPE_CHECKING:
-    from .jobs import JobAdmin
-
-    _Base = JobAdmin
-else:
-    _Base = object
+from .bases import JobModelAdmin
 
 #: "Select all" + these actions becomes a bulk run of this operation.
 SELECT_ALL_BULK = {"requeue_jobs": "requeue", "cancel_jobs": "cancel"}
@@ -50,11 +45,21 @@ RUN_NOW_ACTION = "run_jobs_now"
 CONFIRMED = "durable_jobs_select_all_confirmed"
 
 
-class BoundedJobListMixin(_Base):
-    """See the module: declared filters only, no sorting, "select all" through a confirmation."""
+class BoundedJobListMixin(JobModelAdmin):
+    """See the module: declared filters only, no sorting, "select all" through a confirmation.
+
+    A ``ModelAdmin`` itself, so that it comes before ``ModelAdmin`` in a job
+    admin's bases; it uses the job admin's bulk helpers, declared below.
+    """
 
     #: "Select all" + run now: refused above this many jobs (filter the list further).
     run_now_select_all_limit = 1_000
+
+    if TYPE_CHECKING:
+        # JobAdmin's, which this mixin's subclasses have.
+        def bulk_filter(self, params: Mapping[str, str]) -> bulk.JobFilter | None: ...
+        def _filter_query(self, params: Mapping[str, str]) -> str: ...
+        def _url_name(self, suffix: str) -> str: ...
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         """Only the parameters the sidebar's filters and the date drill-down write."""
@@ -67,21 +72,25 @@ class BoundedJobListMixin(_Base):
     ) -> HttpResponse:
         if ORDER_VAR in request.GET and not self.sortable_by:
             # Django sorts by ?o= whatever sortable_by says: the whole (filtered) table.
-            request.GET = request.GET.copy()
-            del request.GET[ORDER_VAR]
+            query = request.GET.copy()
+            del query[ORDER_VAR]
+            request.GET = query  # type: ignore[assignment]  # a QueryDict all the same
         return super().changelist_view(request, extra_context)
 
-    def response_action(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> HttpResponse | None:
+        # *args, **kwargs: Django 6.1 passes action_location (the list's, or a job page's).
         action = request.POST.get("action", "")
         selects_all = request.POST.get("select_across") in ("1", "True", "true", "on")
         # An action the user may not run is Django's to refuse, as always.
         if not selects_all or action not in self.get_actions(request):
-            return super().response_action(request, queryset)
+            return super().response_action(request, queryset, *args, **kwargs)
         if action in SELECT_ALL_BULK:
             return self._select_all_in_bulk(request, SELECT_ALL_BULK[action])
         if action == RUN_NOW_ACTION:
-            return self._select_all_run_now(request, queryset)
-        return super().response_action(request, queryset)
+            return self._select_all_run_now(request, queryset, *args, **kwargs)
+        return super().response_action(request, queryset, *args, **kwargs)
 
     def _select_all_in_bulk(self, request: HttpRequest, operation: str) -> HttpResponse:
         """To the bulk confirmation page of the same filters, or back with why not."""
@@ -107,7 +116,7 @@ class BoundedJobListMixin(_Base):
         return HttpResponseRedirect(f"{url}?{query}" if query else url)
 
     def _select_all_run_now(
-        self, request: HttpRequest, queryset: QuerySet[Any]
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
     ) -> HttpResponse | None:
         """Run now on every listed job: at most ``run_now_select_all_limit``, once confirmed."""
         limit = self.run_now_select_all_limit
@@ -125,7 +134,7 @@ class BoundedJobListMixin(_Base):
             )
             return HttpResponseRedirect(request.get_full_path())
         if request.POST.get(CONFIRMED) == "yes" or not matched:
-            return super().response_action(request, queryset)
+            return super().response_action(request, queryset, *args, **kwargs)
         first = queryset.order_by().values_list("pk", flat=True)[:1]
         context = {
             **self.admin_site.each_context(request),

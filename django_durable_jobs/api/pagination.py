@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db.models import Func, IntegerField, QuerySet, TextField, Value
+from django.db.models import Field, Func, IntegerField, QuerySet, TextField, Value
 from django.db.models.functions import Cast, Coalesce
 from django.utils.dateparse import parse_datetime
 from rest_framework.exceptions import NotFound, ValidationError
@@ -34,6 +34,8 @@ from ..models import Job
 #: cut measures the rows as they are rendered.
 SUMMARY_BYTES_ESTIMATE = 512
 _TEXT = TextField()
+#: The annotation with a row's included fields' size.
+_SIZE = "included_bytes"
 
 
 class JobCursorPagination(CursorPagination):
@@ -79,12 +81,12 @@ class JobCursorPagination(CursorPagination):
         the cursor's side: the first ones, or the last ones on a previous page.
         """
         budget = int(jobs_settings.API_MAX_PAGE_BYTES)
-        measured = queryset.annotate(included_bytes=_bytes_of(include))
+        measured = queryset.annotate(**{_SIZE: _bytes_of(include)})
         self._limit = None
         try:
             while True:
                 page: list[Job] = self.paginate_queryset(measured, request, view) or []
-                estimates = [SUMMARY_BYTES_ESTIMATE + row.included_bytes for row in page]
+                estimates = [SUMMARY_BYTES_ESTIMATE + getattr(row, _SIZE) for row in page]
                 fit = self._fitting(estimates, budget)
                 if fit < len(page):
                     self._limit = fit
@@ -157,8 +159,13 @@ def _load(page: list[Job], include: Sequence[str]) -> None:
     values = Job.objects.using(using).filter(pk__in=[job.pk for job in page])
     loaded = {row[0]: row[1:] for row in values.values_list("pk", *include)}
     # A row pruned since the page was read: its fields' defaults, not a query per row.
-    gone = tuple(Job._meta.get_field(name).get_default() for name in include)
+    gone = tuple(_default(name) for name in include)
     for job in page:
         for name, value in zip(include, loaded.get(job.pk, gone), strict=True):
             # A deferred field is a plain attribute once set.
             setattr(job, name, value)
+
+
+def _default(name: str) -> Any:
+    field = Job._meta.get_field(name)
+    return field.get_default() if isinstance(field, Field) else None

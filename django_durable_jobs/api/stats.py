@@ -101,9 +101,9 @@ def job_stats(using: str | None = None) -> dict[str, Any]:
             seconds = max(row.oldest_pending.total_seconds(), 0.0)
             entry["oldest_pending_age_seconds"] = seconds
             oldest = seconds if oldest is None else max(oldest, seconds)
-        entry["total"] = sum(entry[status] for status in JobStatus.values)
-        for status in JobStatus.values:
-            statuses[status] += entry[status]
+        entry["total"] = sum(entry[name] for name in JobStatus.values)
+        for name in JobStatus.values:
+            statuses[name] += entry[name]
         estimated.update(entry["estimated"])
         queues[queue] = entry
     for status, (counts, is_estimate) in finished.items():
