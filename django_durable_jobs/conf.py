@@ -371,12 +371,27 @@ SETTINGS: dict[str, Setting] = {
         "Most GET /api/jobs/{id}?wait= requests one process holds at once (each holds a server "
         "thread); above it, 503 with Retry-After.",
     ),
+    "API_MAX_WAITING_REQUESTS_PER_USER": Setting(
+        2,
+        _positive_int,
+        "an integer >= 1",
+        "Most of a process's waiting GET /api/jobs/{id}?wait= requests one user (or, "
+        "unauthenticated, one client address) holds; above it, 503 with Retry-After.",
+    ),
     "API_PAGE_SIZE": Setting(
         50,
         _page_size,
         f"an integer from 1 to {API_MAX_PAGE_SIZE}",
         "Jobs per page in the REST API's list (?page_size= may ask for up to "
         f"{API_MAX_PAGE_SIZE}).",
+    ),
+    "API_MAX_PAGE_BYTES": Setting(
+        4_194_304,
+        _positive_int,
+        "an integer >= 1",
+        "Most bytes of rows one REST list page carries when ?include= asks for payloads, "
+        "results or errors: the page ends before the row that would pass it (one row at "
+        "least), and its next cursor continues from there.",
     ),
     "RETENTION": Setting(
         {"completed": "7d", "cancelled": "7d", "dead": "30d"},

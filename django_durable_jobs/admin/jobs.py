@@ -43,6 +43,7 @@ from .bases import (
     BasePaginator,
     JobModelAdmin,
 )
+from .select_all import BoundedJobListMixin
 from .timeline import attempt_timeline
 
 #: Characters of ``last_error`` the list reads per row (not whole tracebacks).
@@ -338,7 +339,7 @@ def _json_pre(value: Any) -> SafeString:
 
 
 @admin.register(Job)
-class JobAdmin(JobModelAdmin):
+class JobAdmin(BoundedJobListMixin, JobModelAdmin):
     """Every job. Read-only; the actions are the only way to change a job.
 
     Permissions: ``view_job`` shows the list and the pages; ``change_job``

@@ -58,7 +58,8 @@ class LengthRequired(APIError):
 
 
 class TooManyWaiting(APIError):
-    """``?wait=`` while the process already holds ``API_MAX_WAITING_REQUESTS`` waiting requests.
+    """``?wait=`` while the process already holds ``API_MAX_WAITING_REQUESTS`` waiting requests,
+    or the user ``API_MAX_WAITING_REQUESTS_PER_USER`` of them.
 
     ``wait`` makes DRF's handler send ``Retry-After`` (seconds).
     """
@@ -67,10 +68,15 @@ class TooManyWaiting(APIError):
     default_code = "too_many_waiting"
     wait = 1
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, *, per_user: bool = False) -> None:
+        held = (
+            f"You already hold {limit} waiting requests on this server "
+            "(API_MAX_WAITING_REQUESTS_PER_USER)"
+            if per_user
+            else f"This server already holds {limit} waiting requests (API_MAX_WAITING_REQUESTS)"
+        )
         super().__init__(
-            f"This server already holds {limit} waiting requests (API_MAX_WAITING_REQUESTS); "
-            f"retry after {self.wait} s, or ask without ?wait=.",
+            f"{held}; retry after {self.wait} s, or ask without ?wait=.",
             extra={"limit": limit},
         )
 

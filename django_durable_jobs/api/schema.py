@@ -102,6 +102,26 @@ class EmptyBodyExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped
         }
 
 
+class JobSummaryExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
+    """A listed job: the fields ``?include=`` adds are optional (absent unless asked)."""
+
+    target_class = "django_durable_jobs.api.serializers.JobSummarySerializer"
+
+    def map_serializer(self, auto_schema: AutoSchema, direction: Any) -> dict[str, Any]:
+        from .serializers import INCLUDABLE_FIELDS  # serializers imports this module
+
+        schema: dict[str, Any] = auto_schema._map_basic_serializer(  # type: ignore[no-untyped-call]
+            self.target, direction
+        )
+        schema["required"] = [f for f in schema.get("required", []) if f not in INCLUDABLE_FIELDS]
+        for name in INCLUDABLE_FIELDS:
+            field = schema["properties"][name]
+            field["description"] = (
+                f"{field.get('description', '')} Only with ?include={name}.".strip()
+            )
+        return schema
+
+
 def _link(operation_id: str, parameter: str, expression: str, description: str) -> dict[str, Any]:
     return {
         "operationId": operation_id,

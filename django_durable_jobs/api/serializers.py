@@ -429,8 +429,14 @@ JOB_FIELDS: tuple[str, ...] = (
 )
 
 
+#: The fields a list row leaves out unless ``?include=`` names them: their size is
+#: the client's data (a payload up to API_MAX_BODY_BYTES) or tracebacks, so a page
+#: of them could weigh a gigabyte. The detail always has them.
+INCLUDABLE_FIELDS: tuple[str, ...] = ("payload", "result", "last_error", "errors")
+
+
 class JobSerializer(serializers.ModelSerializer[Job]):
-    """A job as listed."""
+    """A job: what the list and the detail share (the detail adds more)."""
 
     payload = ObjectField(read_only=True)
     status = serializers.ChoiceField(choices=JobStatus.choices, read_only=True)
@@ -439,6 +445,35 @@ class JobSerializer(serializers.ModelSerializer[Job]):
         model = Job
         fields = JOB_FIELDS
         read_only_fields = JOB_FIELDS
+
+
+class JobSummarySerializer(JobSerializer):
+    """A job as listed: no payload, result, last error or error history unless asked.
+
+    ``context["include"]``: the names of ``INCLUDABLE_FIELDS`` the client asked
+    for with ``?include=`` (``JobSummaryExtension`` marks them optional in
+    the schema, since a row has them only then).
+    """
+
+    result = AnyJSONField(read_only=True, allow_null=True)
+    # See JobDetailSerializer.errors for the type: ignore.
+    errors = serializers.ListField(child=ObjectField(), read_only=True)  # type: ignore[assignment]
+
+    class Meta(JobSerializer.Meta):
+        fields = (*JOB_FIELDS, "result", "errors")
+        read_only_fields = fields
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        fields = super().get_fields()
+        include = self.context.get("include")
+        if include is None:
+            # No request behind it (the schema generator): every field, for the schema.
+            return fields
+        return {
+            name: field
+            for name, field in fields.items()
+            if name not in INCLUDABLE_FIELDS or name in include
+        }
 
 
 class JobDetailSerializer(JobSerializer):
@@ -588,12 +623,23 @@ class QueueStatsSerializer(StatusCountsSerializer):
         allow_null=True, help_text="When the pause lifts by itself; null: until resumed."
     )
     held_back = HeldBackSerializer(help_text=HELD_BACK_HELP)
+    estimated = serializers.ListField(
+        child=serializers.CharField(),  # a status; an enum here would rename StatusEnum
+        help_text="The statuses whose counts for this queue are the planner's estimates.",
+    )
 
 
 class StatsSerializer(serializers.Serializer[dict[str, Any]]):
     total = serializers.IntegerField()
     statuses = StatusCountsSerializer()
     queues = serializers.DictField(child=QueueStatsSerializer())
+    estimated = serializers.ListField(
+        child=serializers.CharField(),  # a status; an enum here would rename StatusEnum
+        help_text=(
+            "The statuses whose counts are PostgreSQL's estimates somewhere in this answer "
+            "(the total then too); empty: every number is exact."
+        ),
+    )
     oldest_pending_age_seconds = serializers.FloatField(
         allow_null=True,
         help_text=(

@@ -1,10 +1,12 @@
 """Job counts and queue lag, for ``GET /api/jobs/stats``.
 
-Free of DRF so that other front ends (the ``jobs`` CLI) can reuse it, and
-of SQL: the ORM builds every query. ``job_stats`` runs two grouped
-queries: counts by queue and status, and, per queue, how long the oldest
-runnable ``pending`` job has been waiting since it became available (a
-delayed job is not late before its ``available_at``). ``health_stats``,
+Free of DRF so that other front ends (the ``jobs`` CLI) can reuse it.
+``job_stats`` reads what the admin's Queues page reads
+(``queue_overview.py``: capped counts of each queue's unfinished and dead
+jobs, the oldest runnable ``pending`` job's wait since it became available),
+plus capped counts of the finished history, each replaced by the
+planner's estimate past its cap: its cost does not grow with the history.
+``health_stats``,
 for ``/api/health``, counts the live workers and that oldest wait.
 ``queue_overview``, for ``GET /api/queues``, lists each queue with its
 counts, its limits and its paused state. Both tell, per queue, how many
@@ -13,17 +15,31 @@ runnable jobs its flow control holds back now, and why (``held_back.py``).
 
 from __future__ import annotations
 
-from datetime import datetime
+import json
+from collections import Counter
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, DurationField, ExpressionWrapper, Min
+from django.db.models import DurationField, ExpressionWrapper, Min
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from .. import db, metrics
 from ..conf import jobs_settings
 from ..flow import QueueLimits, parse_queues, queue_limits
 from ..held_back import held_back, nothing_held
 from ..models import Job, JobStatus, QueueState, WorkerProcess
+from ..queue_overview import CHART_MINUTES, Count, estimate
+from ..queue_overview import queue_overview as overview_of_queues
+
+#: Finished jobs of one status counted exactly up to this many; past it, estimated.
+FINISHED_COUNT_LIMIT = 10_000
+#: The statuses of the history, which only pruning bounds.
+_HISTORY = (JobStatus.COMPLETED, JobStatus.CANCELLED)
+#: What ``queue_overview`` counts per queue (capped, or all of the running).
+_UNFINISHED = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.WAITING, JobStatus.DEAD)
+#: The key of a whole-table estimate in ``_finished_counts``' answer.
+_ALL = ""
 
 
 def _counts() -> dict[str, int]:
@@ -33,39 +49,67 @@ def _counts() -> dict[str, int]:
 def job_stats(using: str | None = None) -> dict[str, Any]:
     """Counts by status and by queue, and the oldest runnable pending job's wait.
 
-    Returns ``{"total", "statuses", "queues", "oldest_pending_age_seconds"}``; each
-    queue also has its ``limits`` (``None``: none), whether it is paused, and
-    the runnable jobs its flow control holds back now (``held_back.py``).
+    Returns ``{"total", "statuses", "queues", "oldest_pending_age_seconds",
+    "estimated"}``; each queue also has its ``limits`` (``None``: none), whether
+    it is paused, the runnable jobs its flow control holds back now
+    (``held_back.py``), and its own ``estimated``.
+
+    Bounded work, whatever the history, as the admin's Queues page: the
+    queues are those ``db.active_queues`` finds by index probes (holding
+    unfinished or dead jobs, or with outcomes in the last hour), the paused
+    ones, and, while they are counted exactly, those with finished jobs;
+    their pending, waiting and dead jobs are counted exactly up to
+    ``EXACT_COUNT_CAP`` each, then estimated by the planner, their running
+    jobs in full (at most the workers' slots). Completed and
+    cancelled jobs, the history, are counted exactly while there are at most
+    ``FINISHED_COUNT_LIMIT`` of a status (the newest of them, read through
+    ``durable_jobs_status_idx``); past that, each number of that status is the
+    planner's estimate. ``estimated`` lists the statuses whose numbers are
+    estimates.
     """
-    jobs = Job.objects.using(db.database_alias(using))
-    statuses = _counts()
-    queues: dict[str, dict[str, Any]] = {}
-    rows = jobs.order_by().values_list("queue", "status").annotate(n=Count("*"))
-    for queue, status, n in rows:
-        entry = queues.setdefault(
-            queue, {**_counts(), "total": 0, "oldest_pending_age_seconds": None}
-        )
-        entry[status] = n
-        entry["total"] += n
-        statuses[status] = statuses.get(status, 0) + n
-    # Measured by the database's clock, the one available_at was set with.
-    waiting = (
-        jobs.runnable()
-        .order_by()
-        .values_list("queue")
-        .annotate(age=ExpressionWrapper(Now() - Min("available_at"), output_field=DurationField()))
-    )
-    oldest: float | None = None
-    for queue, age in waiting:
-        seconds = max(age.total_seconds(), 0.0)
-        if queue in queues:
-            queues[queue]["oldest_pending_age_seconds"] = seconds
-        oldest = seconds if oldest is None else max(oldest, seconds)
     alias = db.database_alias(using)
     paused = _paused(alias)
-    for queue in paused:
-        # A paused queue is listed even when it holds no job.
-        queues.setdefault(queue, {**_counts(), "total": 0, "oldest_pending_age_seconds": None})
+    finished = {status: _finished_counts(alias, status) for status in _HISTORY}
+    since = timezone.now() - timedelta(minutes=CHART_MINUTES)
+    names = db.active_queues(alias, since) | set(paused)
+    for counts, is_estimate in finished.values():
+        if not is_estimate:
+            # Exact: every queue with such jobs is known (no more than the limit of them).
+            names |= set(counts)
+    overview = overview_of_queues(names, alias)
+    queues: dict[str, dict[str, Any]] = {}
+    statuses = _counts()
+    estimated: set[str] = set()
+    oldest: float | None = None
+    for queue in sorted(names):
+        row = overview.get(queue)
+        entry: dict[str, Any] = {**_counts(), "estimated": []}
+        for status in _UNFINISHED:
+            count = row.count(status) if row is not None else Count(0)
+            entry[status] = count.value
+            if count.estimated:
+                entry["estimated"].append(status)
+        for status, (counts, is_estimate) in finished.items():
+            if is_estimate:
+                entry[status] = estimate(alias, queue, status)
+                entry["estimated"].append(status)
+            else:
+                entry[status] = counts.get(queue, 0)
+        if row is None or row.oldest_pending is None:
+            entry["oldest_pending_age_seconds"] = None
+        else:
+            seconds = max(row.oldest_pending.total_seconds(), 0.0)
+            entry["oldest_pending_age_seconds"] = seconds
+            oldest = seconds if oldest is None else max(oldest, seconds)
+        entry["total"] = sum(entry[name] for name in JobStatus.values)
+        for name in JobStatus.values:
+            statuses[name] += entry[name]
+        estimated.update(entry["estimated"])
+        queues[queue] = entry
+    for status, (counts, is_estimate) in finished.items():
+        if is_estimate:
+            # The whole table's estimate: it also counts the queues not listed.
+            statuses[status] = max(statuses[status], counts[_ALL])
     limits = queue_limits()
     held = held_back(alias, paused)
     for queue, entry in queues.items():
@@ -73,12 +117,29 @@ def job_stats(using: str | None = None) -> dict[str, Any]:
         entry["paused"] = queue in paused
         entry["paused_until"] = paused.get(queue)
         entry["held_back"] = held.get(queue, nothing_held())
+        entry["estimated"] = [s for s in JobStatus.values if s in entry["estimated"]]
     return {
         "total": sum(statuses.values()),
         "statuses": statuses,
-        "queues": dict(sorted(queues.items())),
+        "queues": queues,
         "oldest_pending_age_seconds": oldest,
+        "estimated": [s for s in JobStatus.values if s in estimated],
     }
+
+
+def _finished_counts(alias: str, status: str) -> tuple[dict[str, int], bool]:
+    """``({queue: count}, False)`` of the ``status`` jobs if there are at most
+    ``FINISHED_COUNT_LIMIT``; else ``({_ALL: the planner's estimate}, True)``.
+
+    The newest first (``ORDER BY created_at DESC``), so that the status index
+    serves the LIMIT: at most the limit's entries read, never a scan of the history.
+    """
+    jobs = Job.objects.using(alias).filter(status=status).order_by("-created_at")
+    queues = list(jobs.values_list("queue", flat=True)[: FINISHED_COUNT_LIMIT + 1])
+    if len(queues) <= FINISHED_COUNT_LIMIT:
+        return dict(Counter(queues)), False
+    plan = json.loads(Job.objects.using(alias).filter(status=status).explain(format="json"))
+    return {_ALL: max(int(plan[0]["Plan"]["Plan Rows"]), len(queues))}, True
 
 
 def health_stats(using: str | None = None) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django.db import DatabaseError
 from django.db.models import QuerySet
@@ -69,6 +69,24 @@ JOB_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, descri
 NAME_FILTERS = {"type": validate_type, "queue": validate_queue}
 
 
+def _included(request: Request) -> tuple[str, ...]:
+    """``?include=``'s field names, in ``INCLUDABLE_FIELDS``' order; another name is a 400."""
+    names: set[str] = set()
+    for value in request.query_params.getlist("include"):
+        names.update(name.strip() for name in value.split(",") if name.strip())
+    unknown = sorted(names - set(s.INCLUDABLE_FIELDS))
+    if unknown:
+        raise ValidationError(
+            {
+                "include": [
+                    f"unknown field {', '.join(map(repr, unknown))}: "
+                    f"may name {', '.join(s.INCLUDABLE_FIELDS)}."
+                ]
+            }
+        )
+    return tuple(name for name in s.INCLUDABLE_FIELDS if name in names)
+
+
 class JSONErrorsMixin:
     """JSON only, errors in the ``{"error", "detail"}`` shape, whatever the project's defaults."""
 
@@ -89,7 +107,7 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
 
     permission_scope = "jobs"
     queryset = Job.objects.all()
-    serializer_class = s.JobSerializer
+    serializer_class = s.JobSummarySerializer
     pagination_class = JobCursorPagination
     empty_body_actions = frozenset({"requeue", "cancel"})
     # Any segment reaches the view, so a malformed id is a JSON 404, not Django's page.
@@ -193,10 +211,27 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
 
     @extend_schema(
         summary="List jobs, newest first",
+        description=(
+            "Summaries: a row has no payload, result, last_error or errors unless "
+            "`?include=` names them (the job's own page, GET /api/jobs/{id}, always has them)."
+        ),
         parameters=[
             OpenApiParameter("status", str, enum=JobStatus.values, description="Only this status."),
             OpenApiParameter("type", TYPE_SCHEMA, description="Only this job type."),
             OpenApiParameter("queue", QUEUE_SCHEMA, description="Only this queue."),
+            OpenApiParameter(
+                "include",
+                {"type": "array", "items": {"type": "string", "enum": list(s.INCLUDABLE_FIELDS)}},
+                style="form",
+                explode=False,
+                description=(
+                    "Fields the rows leave out unless named here, comma-separated: "
+                    f"{', '.join(s.INCLUDABLE_FIELDS)}. With any of them, a page also ends "
+                    "before the row that would take its rows over API_MAX_PAGE_BYTES "
+                    "(one row at least): it may hold fewer than page_size rows while "
+                    "`next` is not null."
+                ),
+            ),
             OpenApiParameter(
                 "page_size",
                 {"type": "integer", "minimum": 1, "maximum": API_MAX_PAGE_SIZE},
@@ -204,14 +239,26 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
             ),
         ],
         responses={
-            200: s.JobSerializer(many=True),
+            200: s.JobSummarySerializer(many=True),
             400: OpenApiResponse(s.ValidationErrorSerializer, description="Bad filter or cursor."),
             **AUTH_ERRORS,
         },
     )
     def list(self, request: Request) -> Response:
-        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+        include = _included(request)
+        # Never read from the database what the rows will not carry.
+        jobs = self.filter_queryset(self.get_queryset()).defer(*s.INCLUDABLE_FIELDS)
+        context = {**self.get_serializer_context(), "include": include}
+
+        def serialize(page: list[Job]) -> list[dict[str, Any]]:
+            return list(s.JobSummarySerializer(page, many=True, context=context).data)
+
+        if include:
+            paginator = cast("JobCursorPagination", self.paginator)
+            rows = paginator.paginate_within_budget(jobs, request, self, include, serialize)
+        else:
+            rows = serialize(self.paginate_queryset(jobs) or [])
+        return self.get_paginated_response(rows)
 
     @extend_schema(
         summary="One job, with its result and failure history",
@@ -219,8 +266,11 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
             "With `?wait=S` (seconds, > 0 and at most 30), a long poll: the answer comes as "
             "soon as the job is finished (completed, dead or cancelled), or after S seconds "
             "with the job as it is then (still 200: read its status). A waiting request holds "
-            "a server thread; at most API_MAX_WAITING_REQUESTS wait at once per process, and "
-            "one more that would have to wait is answered 503 with Retry-After."
+            "a server thread; at most API_MAX_WAITING_REQUESTS wait at once per process, "
+            "API_MAX_WAITING_REQUESTS_PER_USER of them for one user, and one more that would "
+            "have to wait is answered 503 with Retry-After. A client that hangs up frees its "
+            "slot within about a second where the WSGI server shows the connection "
+            "(runserver, gunicorn), else when its wait ends."
         ),
         parameters=[
             JOB_ID,
@@ -254,7 +304,8 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
                 s.TooManyWaitingSerializer,
                 description=(
                     "`?wait=` on an unfinished job while API_MAX_WAITING_REQUESTS requests "
-                    "already wait in this process; Retry-After says when to try again."
+                    "already wait in this process, or API_MAX_WAITING_REQUESTS_PER_USER of "
+                    "this user's; Retry-After says when to try again."
                 ),
             ),
         },
@@ -264,7 +315,7 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
         seconds = long_poll.wait_seconds(request.query_params)
         job = Job.objects.get(pk=job_id)
         if seconds is not None and job.status not in FINISHED_STATUSES:
-            job = long_poll.wait_for(job_id, seconds)
+            job = long_poll.wait_for(job_id, seconds, request)
         return self._answer(job)
 
     @extend_schema(
@@ -313,6 +364,16 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
 
     @extend_schema(
         summary="Counts by queue and status, and queue lag",
+        description=(
+            "Bounded work, whatever the history: each queue's pending, waiting and dead jobs "
+            "are counted exactly up to 1,000, running jobs in full, completed and cancelled "
+            "jobs exactly while the table holds at most 10,000 of that status. Past those, "
+            "the number is PostgreSQL's planner estimate (from the table's statistics, "
+            "reading no rows), and its status is listed in `estimated` (the queue's and the "
+            "answer's). Queues: those declared in DURABLE_JOBS['QUEUES'], holding pending, "
+            "running, waiting or dead jobs, paused, with outcomes in the last hour, or (while "
+            "their history is counted exactly) with completed or cancelled jobs."
+        ),
         responses={200: s.StatsSerializer, **AUTH_ERRORS},
     )
     @action(detail=False, methods=["get"])

@@ -288,10 +288,10 @@ def test_list_is_newest_first_and_filters(staff: Api, slash: str) -> None:
 
     listed = staff.get(f"/api/jobs{slash}").json()
     assert [j["id"] for j in listed["results"]] == [str(new.pk), str(other.pk), str(old.pk)]
+    # Summaries: payload, result, last_error and errors only with ?include= (test_api_list_size).
     assert set(listed["results"][0]) == {
-        "id", "type", "queue", "payload", "idempotency_key", "status", "priority", "attempts",
-        "max_attempts", "available_at", "started_at", "completed_at", "last_error",
-        "created_at", "updated_at",
+        "id", "type", "queue", "idempotency_key", "status", "priority", "attempts",
+        "max_attempts", "available_at", "started_at", "completed_at", "created_at", "updated_at",
     }  # fmt: skip
 
     def ids(query: str) -> list[str]:
@@ -472,6 +472,23 @@ def test_stats_counts_by_queue_and_status(staff: Api, slash: str) -> None:
     assert 590 < default["oldest_pending_age_seconds"] < 900
     assert low["oldest_pending_age_seconds"] is None
     assert stats["oldest_pending_age_seconds"] == default["oldest_pending_age_seconds"]
+    assert stats["estimated"] == [] and default["estimated"] == []
+
+
+def test_stats_count_the_finished_history_exactly_on_a_small_table(staff: Api) -> None:
+    # A queue that holds only finished jobs, long done: known from its history.
+    for status, n in ((JobStatus.COMPLETED, 3), (JobStatus.CANCELLED, 2)):
+        for _ in range(n):
+            make(status, queue="old")
+    make(JobStatus.COMPLETED)
+    stats = staff.get("/api/jobs/stats").json()
+    assert stats["statuses"] == {
+        "pending": 0, "running": 0, "completed": 4, "dead": 0, "cancelled": 2, "waiting": 0,
+    }  # fmt: skip
+    old = stats["queues"]["old"]
+    assert (old["completed"], old["cancelled"], old["total"], old["estimated"]) == (3, 2, 5, [])
+    assert stats["queues"]["default"]["completed"] == 1
+    assert stats["total"] == 6 and stats["estimated"] == []
 
 
 @SLASHES

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import base64
+import socket
 import threading
 import time
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connections
 from django.test import override_settings
 
 from django_durable_jobs import enqueue, operations
 from django_durable_jobs.api.long_poll import waiting_requests
-from django_durable_jobs.models import JobStatus
+from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.waiting import listener as listening
 from tests.factories import complete_next, wait_until
 
@@ -123,3 +126,51 @@ def test_wait_needs_the_same_permission_as_the_detail() -> None:
     job = enqueue("example.echo", {"n": 1}).job
     assert Api().get(f"/api/jobs/{job.pk}?wait=1").status_code in (401, 403)
     assert waiting_requests.held == 0
+
+
+@override_settings(
+    DURABLE_JOBS={
+        **SLOW_POLL,
+        "API_MAX_WAITING_REQUESTS": 4,
+        "API_MAX_WAITING_REQUESTS_PER_USER": 1,
+    }
+)
+def test_a_user_at_his_share_gets_a_503_while_another_user_is_served(staff: Api) -> None:
+    # issue 22: the slots were per process only, so one client could take them all.
+    first, second = (enqueue("example.echo", {"n": n}).job for n in (1, 2))
+    thread, answer = get_in_thread(staff, f"/api/jobs/{first.pk}?wait=20")
+    until_requests_wait(1)
+
+    body = assert_error(staff.get(f"/api/jobs/{second.pk}?wait=5"), 503, "too_many_waiting")
+    assert body["limit"] == 1 and "API_MAX_WAITING_REQUESTS_PER_USER" in body["detail"]
+    other = Api(make_user("other", staff=True))
+    served = other.get(f"/api/jobs/{second.pk}?wait=0.2")
+    assert served.status_code == 200 and served.json()["status"] == JobStatus.PENDING
+
+    operations.cancel(first.pk)
+    thread.join(30)
+    assert answer["response"].status_code == 200
+    assert waiting_requests.held == 0
+
+
+@override_settings(DURABLE_JOBS={**SLOW_POLL, "API_MAX_WAITING_REQUESTS": 1})
+def test_a_client_that_hangs_up_frees_its_slot(live_server: Any) -> None:
+    # A real server (runserver's WSGI server on a thread), and a client that
+    # closes its connection in the middle of a 30-second wait.
+    make_user("staff", staff=True)
+    job = enqueue("example.echo", {"n": 1}).job
+    host, port = live_server.thread.host, live_server.thread.port
+    token = base64.b64encode(b"staff:pw").decode()
+    client = socket.create_connection((host, port))
+    client.sendall(
+        f"GET /api/jobs/{job.pk}?wait=30 HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Basic {token}\r\n\r\n".encode()
+    )
+    wait_until(lambda: waiting_requests.held == 1, what="the request to wait")
+    client.close()
+    # Well before the 30 s the request asked for: only its hang-up can end it.
+    wait_until(lambda: waiting_requests.held == 0, timeout=20, what="the slot to be freed")
+    # Still pending, and the slot serves the next client.
+    assert Job.objects.get(pk=job.pk).status == JobStatus.PENDING
+    answer = Api(User.objects.get(username="staff")).get(f"/api/jobs/{job.pk}?wait=0.2")
+    assert answer.status_code == 200

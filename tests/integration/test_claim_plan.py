@@ -295,3 +295,22 @@ def test_the_job_list_a_count_links_to_reads_by_index(
     assert plans
     scanning = [sql for sql, plan in plans if "durable_jobs_job" in seq_scanned(plan)]
     assert not scanning, scanning
+
+
+def test_job_stats_read_the_job_table_by_index_and_estimate_the_history(
+    big_table: None, admin_client: Client
+) -> None:
+    # issue 22: GET /api/jobs/stats counted the whole history on every call.
+    plans = job_table_plans(admin_client, "/api/jobs/stats")
+    scanning = [sql for sql, plan in plans if "durable_jobs_job" in seq_scanned(plan)]
+    assert not scanning, scanning
+    stats = admin_client.get("/api/jobs/stats").json()
+    # 38,000 completed: past the exact count (10,000), the planner's estimate;
+    # 500 cancelled: exact.
+    assert "completed" in stats["estimated"] and "cancelled" not in stats["estimated"]
+    assert 20_000 <= stats["statuses"]["completed"] <= 60_000
+    assert stats["statuses"]["cancelled"] == 500
+    assert stats["statuses"]["running"] == 1_000
+    default = stats["queues"]["default"]
+    assert "completed" in default["estimated"] and 5_000 <= default["completed"] <= 25_000
+    assert default["cancelled"] == 166 and "cancelled" not in default["estimated"]
