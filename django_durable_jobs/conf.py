@@ -26,8 +26,8 @@ from .constants import (
     PRIORITY_MIN,
 )
 from .durations import is_seconds, parse_duration
-from .flow import FlowError, parse_rate_limit
 from .names import is_queue_name
+from .rates import FlowError, parse_rate_limit
 
 SETTINGS_NAME = "DURABLE_JOBS"
 #: The largest page the REST API serves, whatever ``API_PAGE_SIZE`` or

@@ -43,6 +43,7 @@ from .bases import (
     BasePaginator,
     JobModelAdmin,
 )
+from .bulk_actions import BULK_ACTIONS, BULK_PARAMETERS, _either
 from .select_all import BoundedJobListMixin
 from .timeline import attempt_timeline
 
@@ -278,31 +279,8 @@ JOB_ACTIONS: dict[str, JobAction] = {
     )
 }
 
-#: The changelist parameters a bulk operation can reproduce as a ``bulk.JobFilter``;
-#: with any other, the list is not offered in bulk (what is changed must be what is listed).
-BULK_PARAMETERS = frozenset(
-    {
-        "status__exact",
-        "type",
-        "queue",
-        "created_at__year",
-        "created_at__month",
-        "created_at__day",
-        "q",
-        "o",
-        "p",
-        "all",
-        "_facets",
-    }
-)
 #: A job page button's slug -> its action in authorization.py (and the audit trail).
 ACTION_OF_SLUG = {"requeue": "requeue", "cancel": "cancel", "run-now": "run_now"}
-
-#: Operation -> the statuses whose list offers it, and its button's verb.
-BULK_ACTIONS: dict[str, tuple[tuple[str, ...], Promise]] = {
-    "requeue": (tuple(operations.REQUEUE_FROM), _("Requeue")),
-    "cancel": (tuple(operations.CANCEL_AT_ONCE), _("Cancel")),
-}
 
 
 def _created_range(params: Mapping[str, str]) -> tuple[datetime.datetime, datetime.datetime] | None:
@@ -320,12 +298,6 @@ def _created_range(params: Mapping[str, str]) -> tuple[datetime.datetime, dateti
     if settings.USE_TZ:
         start, end = timezone.make_aware(start), timezone.make_aware(end)
     return start, end
-
-
-def _either(states: Iterable[str]) -> str:
-    """``"pending, waiting or running"``."""
-    names = [str(state) for state in states]
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def _pre(text: str) -> SafeString:

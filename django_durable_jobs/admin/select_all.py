@@ -36,6 +36,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .. import bulk
 from .bases import JobModelAdmin
+from .bulk_actions import BULK_ACTIONS, BULK_PARAMETERS, _either
 
 #: "Select all" + these actions becomes a bulk run of this operation.
 SELECT_ALL_BULK = {"requeue_jobs": "requeue", "cancel_jobs": "cancel"}
@@ -63,8 +64,6 @@ class BoundedJobListMixin(JobModelAdmin):
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         """Only the parameters the sidebar's filters and the date drill-down write."""
-        from .jobs import BULK_PARAMETERS  # jobs.py imports this module
-
         return lookup in BULK_PARAMETERS
 
     def changelist_view(
@@ -94,8 +93,6 @@ class BoundedJobListMixin(JobModelAdmin):
 
     def _select_all_in_bulk(self, request: HttpRequest, operation: str) -> HttpResponse:
         """To the bulk confirmation page of the same filters, or back with why not."""
-        from .jobs import BULK_ACTIONS, _either
-
         statuses, verb = BULK_ACTIONS[operation]
         job_filter = self.bulk_filter(request.GET)
         if job_filter is None or job_filter.status not in statuses:

@@ -102,14 +102,18 @@ class EmptyBodyExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped
         }
 
 
+#: The fields a list row leaves out unless ``?include=`` names them: their size is
+#: the client's data (a payload up to API_MAX_BODY_BYTES) or tracebacks, so a page
+#: of them could weigh a gigabyte. The detail always has them.
+INCLUDABLE_FIELDS: tuple[str, ...] = ("payload", "result", "last_error", "errors")
+
+
 class JobSummaryExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
     """A listed job: the fields ``?include=`` adds are optional (absent unless asked)."""
 
     target_class = "django_durable_jobs.api.serializers.JobSummarySerializer"
 
     def map_serializer(self, auto_schema: AutoSchema, direction: Any) -> dict[str, Any]:
-        from .serializers import INCLUDABLE_FIELDS  # serializers imports this module
-
         schema: dict[str, Any] = auto_schema._map_basic_serializer(  # type: ignore[no-untyped-call]
             self.target, direction
         )

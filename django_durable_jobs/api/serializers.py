@@ -45,6 +45,7 @@ from ..validation import validate_delay_or_run_at, validate_type
 from .errors import invalid_job_error
 from .schema import (
     AWARE_DATE_TIME_SCHEMA,
+    INCLUDABLE_FIELDS,
     KEY_PATTERN,
     KEY_SCHEMA,
     QUEUE_SCHEMA,
@@ -427,12 +428,6 @@ JOB_FIELDS: tuple[str, ...] = (
     "created_at",
     "updated_at",
 )
-
-
-#: The fields a list row leaves out unless ``?include=`` names them: their size is
-#: the client's data (a payload up to API_MAX_BODY_BYTES) or tracebacks, so a page
-#: of them could weigh a gigabyte. The detail always has them.
-INCLUDABLE_FIELDS: tuple[str, ...] = ("payload", "result", "last_error", "errors")
 
 
 class JobSerializer(serializers.ModelSerializer[Job]):

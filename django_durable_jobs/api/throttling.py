@@ -43,7 +43,7 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from ..conf import jobs_settings
-from ..flow import RateLimit, parse_rate_limit
+from ..rates import RateLimit, parse_rate_limit
 
 logger = logging.getLogger("django_durable_jobs.api")
 
