@@ -229,5 +229,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         "django_durable_jobs": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        # Django's own lines for tasks (enqueued, started, finished): its
+        # default configuration prints them only with DEBUG on.
+        "django.tasks": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }
