@@ -85,7 +85,9 @@ def execute(
     if handler is None:
         message = (
             f"No handler is registered for job type {job.type!r} in worker {worker_id}: "
-            "declare it with @job in an installed app's jobs module."
+            "declare it with @job in an installed app's jobs module (a Django task: with "
+            "@task in an installed app's tasks module; a worker imports no module just "
+            "because a job's type names it)."
         )
         logger.error(
             "Job dead id=%s type=%s attempt=%s/%s worker=%s duration=0.000: no handler",
