@@ -273,7 +273,7 @@ def _span_ending(
     """
     state = None if attempt is None else attempt.state
     if state is State.TIMED_OUT:
-        assert attempt is not None
+        assert attempt is not None  # noqa: S101 (narrows for mypy: state came from it)
         if attempt.cancel_requested is not None:
             return "cancelled", None
         return (
