@@ -126,10 +126,9 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 class _QuietHandler(WSGIRequestHandler):
     def setup(self) -> None:
-        # StreamRequestHandler.setup() puts ``timeout`` on the connection:
-        # any read that waits longer fails, and the connection is closed.
-        self.timeout = getattr(self.server, "idle_timeout", IDLE_TIMEOUT_SECONDS)
         super().setup()
+        # Any read or write that waits longer fails, and the connection is closed.
+        self.connection.settimeout(getattr(self.server, "idle_timeout", IDLE_TIMEOUT_SECONDS))
 
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes every few seconds would flood the worker's log."""
