@@ -65,6 +65,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -968,7 +969,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="profile one worker with py-spy")
     parser.add_argument("--profile-rate", type=int, default=500, help="py-spy samples per second")
     parser.add_argument("--profile-top", type=int, default=15)
-    parser.add_argument("--profile-dir", default="/tmp")
+    parser.add_argument("--profile-dir", default=tempfile.gettempdir())
     args = parser.parse_args()
 
     ensure_database(args.database_url)

@@ -332,7 +332,8 @@ def _resolve_replays(
     again = []
     for index in replays:
         spec = specs[index]
-        assert spec.idempotency_key is not None  # rows without a key always insert
+        # Rows without a key always insert (S101: narrows the type for mypy only).
+        assert spec.idempotency_key is not None  # noqa: S101
         job = existing.get(spec.idempotency_key)
         if job is None:
             again.append(index)

@@ -400,7 +400,8 @@ _schedule_collector: ScheduleCollector | None = None
 
 def make_wsgi_app() -> Any:
     """prometheus_client's WSGI app over the default registry (the worker's ``--metrics-port``)."""
-    assert prometheus_client is not None, "the metrics extra is not installed"
+    if prometheus_client is None:  # not an assert: python -O would drop it
+        raise RuntimeError("the metrics extra is not installed")
     return prometheus_client.make_wsgi_app()
 
 

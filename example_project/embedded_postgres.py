@@ -215,7 +215,8 @@ def stop(project_root: Path | None = None) -> str:
                 import pwd
 
                 user = pwd.getpwuid(pgdata.stat().st_uid).pw_name
-            subprocess.run(
+            # S603: pg_ctl of the pgserver wheel, on this checkout's .pgdata.
+            subprocess.run(  # noqa: S603
                 [str(pg_ctl), "-D", str(pgdata), "-m", "fast", "-w", "stop"],
                 check=True,
                 capture_output=True,

@@ -81,7 +81,7 @@ class Schedule:
         """
         if self.cron is not None:
             return f"cron {self.cron}"
-        assert self.every is not None
+        assert self.every is not None  # noqa: S101 (exactly one of cron, every is set)
         return f"every {format_duration(self.every)}"
 
     def latest_tick(self, now: datetime) -> datetime | None:
@@ -91,7 +91,7 @@ class Schedule:
             step = int(self.every.total_seconds())
             elapsed = math.floor((now - _EPOCH).total_seconds())
             return _EPOCH + timedelta(seconds=elapsed - elapsed % step)
-        assert self.cron is not None
+        assert self.cron is not None  # noqa: S101 (exactly one of cron, every is set)
         # Reverse iteration first steps one second back: start one second
         # past `now` (whole seconds) so that a tick exactly at `now` counts.
         start = (now.replace(microsecond=0) + timedelta(seconds=1)).astimezone(self.zone())
@@ -105,9 +105,9 @@ class Schedule:
         now = _utc(now)
         if self.every is not None:
             latest = self.latest_tick(now)
-            assert latest is not None
+            assert latest is not None  # noqa: S101 (an interval always has a latest tick)
             return latest + self.every
-        assert self.cron is not None
+        assert self.cron is not None  # noqa: S101 (exactly one of cron, every is set)
         try:
             return _utc(next(CronSim(self.cron, now.astimezone(self.zone()))))
         except StopIteration:

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import traceback
 from datetime import datetime
+from importlib import import_module
 from typing import Any
 
+from django.apps import apps
 from django.dispatch import Signal
 from django.tasks.base import Task, TaskError, TaskResult, TaskResultStatus
 from django.tasks.exceptions import InvalidTask
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from ..models import Job, JobStatus
 
@@ -91,12 +93,43 @@ def _same_types(stored: Any, given: Any) -> bool:
 
 
 def resolve_task(module_path: str) -> Task[Any, Any] | None:
-    """The ``Task`` object a job type names, or ``None`` if it names none."""
-    try:
-        found = import_string(module_path)
-    except ImportError:
+    """The ``Task`` object a job type names, or ``None`` if it names none.
+
+    A job's type is data: a REST client chose it when
+    ``API_ALLOW_UNREGISTERED_TYPES`` is on, and importing a module runs its
+    code. So a type is looked up, never imported, unless its module is one
+    that declares tasks by convention: it resolves if its module is already
+    imported in this process (where a ``Task`` attribute was made by
+    ``@task``), or is an installed app's ``tasks`` module (or inside a
+    ``tasks`` package), which is imported then, as the worker imports the
+    ``jobs`` modules at start-up. A task defined anywhere else runs once
+    something the process imports (its app's ``tasks`` or ``jobs`` module,
+    ``AppConfig.ready()``) has imported it.
+    """
+    module_name, _, attribute = module_path.rpartition(".")
+    if not module_name or not attribute:
         return None
+    module = sys.modules.get(module_name)
+    if module is None:
+        if not is_tasks_module(module_name):
+            return None
+        try:
+            module = import_module(module_name)
+        except ImportError:
+            return None
+    # The module's own namespace, not getattr: a module-level __getattr__
+    # (PEP 562) could import more on the type's say.
+    found = vars(module).get(attribute)
     return found if isinstance(found, Task) else None
+
+
+def is_tasks_module(module_name: str) -> bool:
+    """Whether ``module_name`` is an installed app's ``tasks`` module, or inside it."""
+    for app_config in apps.get_app_configs():
+        tasks_module = f"{app_config.name}.tasks"
+        if module_name == tasks_module or module_name.startswith(f"{tasks_module}."):
+            return True
+    return False
 
 
 def task_for_job(task: Task[Any, Any], job: Job, alias: str) -> Task[Any, Any]:

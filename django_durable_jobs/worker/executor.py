@@ -85,7 +85,9 @@ def execute(
     if handler is None:
         message = (
             f"No handler is registered for job type {job.type!r} in worker {worker_id}: "
-            "declare it with @job in an installed app's jobs module."
+            "declare it with @job in an installed app's jobs module (a Django task: with "
+            "@task in an installed app's tasks module; a worker imports no module just "
+            "because a job's type names it)."
         )
         logger.error(
             "Job dead id=%s type=%s attempt=%s/%s worker=%s duration=0.000: no handler",
@@ -271,7 +273,7 @@ def _span_ending(
     """
     state = None if attempt is None else attempt.state
     if state is State.TIMED_OUT:
-        assert attempt is not None
+        assert attempt is not None  # noqa: S101 (narrows for mypy: state came from it)
         if attempt.cancel_requested is not None:
             return "cancelled", None
         return (

@@ -88,6 +88,16 @@ def reaped(lease: ExpiredLease, policy: RetryPolicy) -> Outcome:
 _STATUS_AFTER_REAP = {Transition.DEAD: "dead", Transition.CANCEL: "cancelled"}
 
 
+def _spread(interval: float, low: float, high: float) -> float:
+    """``interval`` times a random factor from ``low`` to ``high``.
+
+    Jitter, so that workers started together do not reap and prune in step:
+    nothing depends on it being unpredictable, so ``random`` is the right
+    generator (ruff's S311 is about secrets).
+    """
+    return interval * random.uniform(low, high)  # noqa: S311 (jitter, not a secret)
+
+
 class Maintenance:
     """The heartbeat, the reaper and the pruner of one worker.
 
@@ -156,9 +166,9 @@ class Maintenance:
     def _run(self) -> None:
         # The first heartbeat at once: the worker shows up as alive from the start.
         next_heartbeat = self._clock()
-        next_reap = self._clock() + random.uniform(0, self.reap_interval)
-        next_prune = self._clock() + random.uniform(0, self.prune_interval)
-        next_stats_prune = self._clock() + random.uniform(0, self.prune_interval)
+        next_reap = self._clock() + _spread(self.reap_interval, 0, 1)
+        next_prune = self._clock() + _spread(self.prune_interval, 0, 1)
+        next_stats_prune = self._clock() + _spread(self.prune_interval, 0, 1)
         next_cancel_poll = self._clock() + self.cancel_poll_interval
         try:
             while not self._stop.is_set():
@@ -172,13 +182,13 @@ class Maintenance:
                     next_cancel_poll = now + self.cancel_poll_interval
                 if now >= next_reap:
                     self._guarded(self.reap)
-                    next_reap = now + self.reap_interval * random.uniform(0.75, 1.25)
+                    next_reap = now + _spread(self.reap_interval, 0.75, 1.25)
                 if self.retention and now >= next_prune:
                     self._guarded(self.prune)
-                    next_prune = now + self.prune_interval * random.uniform(0.75, 1.25)
+                    next_prune = now + _spread(self.prune_interval, 0.75, 1.25)
                 if self.counts is not None and now >= next_stats_prune:
                     self._guarded(self.prune_counts)
-                    next_stats_prune = now + self.prune_interval * random.uniform(0.75, 1.25)
+                    next_stats_prune = now + _spread(self.prune_interval, 0.75, 1.25)
                 wake = min(next_heartbeat, next_reap)
                 if self.counts is not None:
                     wake = min(wake, next_stats_prune)

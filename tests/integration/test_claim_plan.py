@@ -71,7 +71,7 @@ def big_table() -> None:
                        now() {offset} + i * interval '1 ms', now(), now(), '', '[]',
                        CASE WHEN %s = 'running' THEN now() + interval '30 seconds' END
                 FROM generate_series(1, %s) AS i
-                """,
+                """,  # noqa: S608 (offset is the test's own constant)
                 [status.split("_")[0], status.split("_")[0], count],
             )
         cursor.execute("ANALYZE durable_jobs_job")

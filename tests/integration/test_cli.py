@@ -111,6 +111,44 @@ def test_show() -> None:
     assert f"id: {job.pk}" in text and "last_error: boom" in text
 
 
+#: What a REST client (or a handler's error) could put in a job's data, and
+#: what a terminal would do with it: clear the screen, send the cursor home,
+#: retitle the window, reverse the text, hide what came before on the line.
+CLEAR_SCREEN = "\x1b[2J\x1b[H"
+TITLE = "\x1b]0;owned\x07"
+
+
+def test_show_escapes_control_characters_and_keeps_a_tracebacks_lines() -> None:
+    key = f"order-1{CLEAR_SCREEN}"
+    error = (
+        "Traceback (most recent call last):\n"
+        '  File "app/jobs.py", line 3, in handle\n'
+        f"ValueError: boom\rall good{TITLE}\u202etxt.exe"
+    )
+    job = make(JobStatus.DEAD, idempotency_key=key, last_error=error)
+    text = run("show", str(job.pk))
+    for raw in ("\x1b", "\x07", "\r", "\u202e"):
+        assert raw not in text, repr(raw)
+    assert "idempotency_key: order-1\\x1b[2J\\x1b[H\n" in text
+    assert (
+        "last_error: Traceback (most recent call last):\n"
+        '  File "app/jobs.py", line 3, in handle\n'
+        "ValueError: boom\\rall good\\x1b]0;owned\\x07\\u202etxt.exe\n"
+    ) in text
+    # --json is exact: the values as stored, escaped by JSON's own rules.
+    data = run_json("show", str(job.pk))
+    assert (data["idempotency_key"], data["last_error"]) == (key, error)
+
+
+def test_list_escapes_control_characters_in_every_cell() -> None:
+    # (Queue names cannot hold them: enqueue refuses such a name.)
+    job = make(job_type=f"tests.cli{CLEAR_SCREEN}\r{TITLE}")
+    text = run("list")
+    assert not any(raw in text for raw in ("\x1b", "\x07", "\r")), text
+    assert "tests.cli\\x1b[2J\\x1b[H\\r\\x1b]0;owned\\x07" in text
+    assert run_json("list")[0]["type"] == job.type == f"tests.cli{CLEAR_SCREEN}\r{TITLE}"
+
+
 def test_requeue_ids() -> None:
     dead, cancelled = make(JobStatus.DEAD), make(JobStatus.CANCELLED)
     data = run_json("requeue", str(dead.pk))

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 _url = urlsplit(os.environ["DATABASE_URL"])
 
-SECRET_KEY = "benchmark-only"  # nothing is signed here
+SECRET_KEY = "benchmark-only"  # noqa: S105 (a benchmark's project: nothing is signed)
 DEBUG = False
 USE_TZ = True
 INSTALLED_APPS = ["django_tasks", "django_tasks_db"]

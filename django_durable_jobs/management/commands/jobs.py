@@ -5,6 +5,12 @@ cancel), ``bulk`` (``--all``), ``pausing`` (pause, resume), ``pruning`` and ``ap
 code as the admin and the REST API. Every subcommand takes ``--json`` for scripts. Bad input raises
 ``CommandError`` (exit status 1) rather than an argparse error (status 2), so
 that a script sees one failure code whatever was wrong.
+
+The readable output shows job data that anyone allowed to enqueue wrote (a
+REST client's idempotency key, type or payload, a handler's error), on the
+operator's terminal: ``printable`` escapes the characters a terminal would
+act on instead of showing. ``--json`` is exact JSON, whose strings escape
+them already.
 """
 
 from __future__ import annotations
@@ -61,6 +67,39 @@ OPERATOR_SUBCOMMANDS = {
 }
 #: The environment variable that names the Django user, as ``--user`` does.
 USER_ENV = "DURABLE_JOBS_USER"
+
+#: Characters a terminal acts on rather than shows, and their escapes: C0 and
+#: C1 controls and DEL (ESC begins the sequences that clear the screen, move
+#: the cursor, retitle the window or write to the clipboard; CR lets a line
+#: overwrite itself), the bidirectional controls (text that displays otherwise
+#: than it reads) and Unicode's line and paragraph separators.
+_BIDI_AND_SEPARATORS = (0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F),
+                        *range(0x2066, 0x206A))  # fmt: skip
+_ESCAPES = {
+    **{code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))},
+    **{code: f"\\u{code:04x}" for code in _BIDI_AND_SEPARATORS},
+    ord("\t"): "\\t",
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+}
+#: The same, keeping line breaks and tabs (a traceback's lines stay lines).
+_ESCAPES_KEEPING_LINES = {
+    code: escape for code, escape in _ESCAPES.items() if code not in (ord("\n"), ord("\t"))
+}
+
+
+def printable(value: object, *, lines: bool = False) -> str:
+    """``value`` as text that is safe to print on a terminal, for a human to read.
+
+    Each character a terminal would act on is shown as its escape instead
+    (``\\x1b``, ``\\r``, ``\\u202e``), so a job's data cannot clear the
+    screen, hide a line or rewrite what the operator sees. With ``lines``,
+    line breaks and tabs are kept (a traceback); otherwise they are escaped
+    too (a table cell or a field stays on its line). Backslashes are left as
+    they are: the text is for reading, ``--json`` is for exact values.
+    """
+    text = "" if value is None else str(value)
+    return text.translate(_ESCAPES_KEEPING_LINES if lines else _ESCAPES)
 
 
 def parse_ids(values: Sequence[str]) -> list[uuid.UUID]:
@@ -201,8 +240,9 @@ def _queue_data(name: str) -> dict[str, Any]:
 
 
 def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> str:
-    """A plain left-aligned text table (no dependency, copy-paste friendly)."""
-    text_rows = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    """A plain left-aligned text table (no dependency, copy-paste friendly), cells escaped."""
+    text_rows = [[printable(cell) for cell in row] for row in rows]
+    headers = [printable(header) for header in headers]
     widths = [len(h) for h in headers]
     for row in text_rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
@@ -339,7 +379,9 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(json.dumps(data, indent=2, default=str))
         else:
-            self.stdout.write(text)
+            # Each handler escapes the job data it shows; this is the net
+            # under them (anything missed keeps its line breaks only).
+            self.stdout.write(printable(text, lines=True))
         failure = data.get("error") if isinstance(data, dict) else None
         if failure:
             raise CommandError(failure, returncode=1)
@@ -457,10 +499,14 @@ class Command(BaseCommand):
         lines = []
         for key, value in detail.items():
             if key in ("payload", "result", "errors"):
-                value = json.dumps(value, indent=2, default=str)
+                # JSON escapes control characters in its strings already.
+                shown = printable(json.dumps(value, indent=2, default=str), lines=True)
             elif key in ("depends_on", "dependents"):
-                value = ", ".join(value)
-            lines.append(f"{key}: {'' if value is None else value}")
+                shown = ", ".join(value)
+            else:
+                # A traceback keeps its lines; any other field stays on its own.
+                shown = printable(value, lines=key == "last_error")
+            lines.append(f"{key}: {shown}")
         return detail, "\n".join(lines)
 
     def _existing(self, ids: list[uuid.UUID]) -> None:

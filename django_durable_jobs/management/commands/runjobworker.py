@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...conf import jobs_settings
 from ...durations import parse_seconds
 from ...worker import Worker, WorkerConfig
+from ...worker.metrics_server import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from ...worker.metrics_server import MetricsServer
 from ...worker.pool import SCALE_DOWN_AFTER_SECONDS
 from ...worker.slots import MAX_SLOTS, Slots, parse_queues
@@ -171,9 +172,10 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--metrics-host",
-            default="0.0.0.0",
-            help="Address the --metrics-port server binds to; 127.0.0.1 keeps it local "
-            "(default: %(default)r, so that Prometheus can scrape it from another host).",
+            default=DEFAULT_METRICS_HOST,
+            metavar="ADDR",
+            help="Address the --metrics-port server binds to; 0.0.0.0 lets Prometheus on "
+            "another host (or pod) scrape it (default: %(default)r, this host only).",
         )
         parser.add_argument(
             "--no-schedules",
