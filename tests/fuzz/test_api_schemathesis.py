@@ -11,7 +11,7 @@ bodies as documented, a value the schema allows accepted, one it forbids
 refused, authentication not ignored.
 
 The server is pytest-django's ``live_server`` (the example project's
-settings and URLs, with the test handlers), as a staff user over HTTP
+settings and URLs, with the test handlers), as a superuser over HTTP
 Basic, with two settings of the fuzz run: ``API_ALLOW_UNREGISTERED_TYPES``
 (any valid type name is accepted, as the schema says; the registered-types
 rule has its tests in tests/integration/test_api.py), and ``?wait=`` cut
@@ -104,7 +104,7 @@ seen = Seen()
 
 @pytest.fixture
 def fuzz_server(live_server: Any, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The live server's URL, a staff user for AUTH, the fuzz run's settings."""
+    """The live server's URL, a superuser for AUTH, the fuzz run's settings."""
     settings.DURABLE_JOBS = {**settings.DURABLE_JOBS, "API_ALLOW_UNREGISTERED_TYPES": True}
     real_wait = long_poll.wait
 
@@ -112,7 +112,8 @@ def fuzz_server(live_server: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
         return real_wait(job_id, timeout=min(timeout, WAIT_SECONDS))
 
     monkeypatch.setattr(long_poll, "wait", short_wait)
-    User.objects.create_user(USER, password=PASSWORD, is_staff=True)
+    # A superuser: every endpoint, every action (is_staff alone grants nothing at REST).
+    User.objects.create_superuser(USER, f"{USER}@example.com", PASSWORD)
     yield live_server.url
     seen.clear()
 
