@@ -150,7 +150,7 @@ def satisfy_unstated_rules(case: Case) -> None:
             body["payload"] = _without_nul(body["payload"])
         case.body = body
         case.headers = headers
-    elif label == "GET /api/jobs/" and case.query and "cursor" in case.query:
+    elif label in ("GET /api/jobs/", "GET /api/audit/") and case.query and "cursor" in case.query:
         if case.query["cursor"] not in seen.cursors:
             case.query = {k: v for k, v in case.query.items() if k != "cursor"}
     elif label == "POST /api/queues/{name}/pause/" and isinstance(case.body, dict):
