@@ -1,10 +1,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from django_durable_jobs.registry import registry
+
+if TYPE_CHECKING:
+    from tests.factories import Api
 
 
 @pytest.fixture
@@ -16,6 +20,18 @@ def clean_registry() -> Iterator[None]:
     finally:
         registry._handlers.clear()
         registry._handlers.update(saved)
+
+
+@pytest.fixture
+def staff() -> Api:
+    """A REST client of an operator: a user holding every job permission.
+
+    The name is older than the permissions: ``is_staff`` alone grants nothing
+    at the REST door; the user holds ``tests.factories.OPERATOR_PERMISSIONS``.
+    """
+    from tests.factories import Api, make_operator
+
+    return Api(make_operator("staff"))
 
 
 @pytest.fixture(autouse=True)

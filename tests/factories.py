@@ -11,6 +11,7 @@ run") comes after a positive event that must follow what must not happen.
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -19,6 +20,9 @@ from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any
+
+from django.contrib.auth.models import Permission, User
+from django.test import Client
 
 from django_durable_jobs import db, enqueue
 from django_durable_jobs.backoff import RetryPolicy
@@ -161,6 +165,94 @@ def make_job(
         Job.objects.filter(pk=job.pk).update(**fields)
         job.refresh_from_db()
     return job
+
+
+# --- users: who may do what (authorization.py) -----------------------------------------
+
+#: Every test user's password.
+PASSWORD = "pw"
+
+#: What an operator holds: reading and enqueueing jobs, each operator action's
+#: permission (authorization.JOB_PERMISSIONS) and reading the audit trail.
+OPERATOR_PERMISSIONS = (
+    "view_job",
+    "add_job",
+    "requeue_job",
+    "cancel_job",
+    "run_job_now",
+    "pause_queue",
+    "emit_event",
+    "view_auditentry",
+)
+
+
+def make_user(
+    name: str | None = None,
+    *codenames: str,
+    staff: bool = True,
+    superuser: bool = False,
+    using: str = "default",
+) -> User:
+    """A user holding exactly ``codenames`` (durable_jobs' permissions), password ``PASSWORD``.
+
+    ``staff`` only lets the user into the admin site: it grants nothing else.
+    A name is made up when none is given.
+    """
+    name = name or f"user-{uuid.uuid4().hex[:8]}"
+    manager = User.objects.db_manager(using)
+    if superuser:
+        user = manager.create_superuser(name, f"{name}@example.com", PASSWORD)
+    else:
+        user = manager.create_user(name, password=PASSWORD, is_staff=staff)
+    if codenames:
+        permissions = Permission.objects.using(using).filter(
+            content_type__app_label="durable_jobs", codename__in=codenames
+        )
+        found = {permission.codename for permission in permissions}
+        assert found == set(codenames), f"no such permissions: {set(codenames) - found}"
+        user.user_permissions.add(*permissions)
+    return user
+
+
+def user_with(*codenames: str, **options: Any) -> User:
+    """``make_user`` with a made-up name: a staff user holding exactly ``codenames``."""
+    return make_user(None, *codenames, **options)
+
+
+def make_operator(name: str | None = None, **options: Any) -> User:
+    """A staff user holding every permission of ``OPERATOR_PERMISSIONS``."""
+    return make_user(name, *OPERATOR_PERMISSIONS, **options)
+
+
+def client_for(user: User, *, csrf: bool = False) -> Client:
+    """A test client logged in as ``user`` (``csrf``: the CSRF check enforced, as in a browser)."""
+    client = Client(enforce_csrf_checks=csrf)
+    client.force_login(user)
+    return client
+
+
+def basic_auth(user: User | None) -> dict[str, str]:
+    """The ``HTTP_AUTHORIZATION`` header (HTTP Basic) for ``user``; nothing for None."""
+    if user is None:
+        return {}
+    token = base64.b64encode(f"{user.get_username()}:{PASSWORD}".encode()).decode()
+    return {"HTTP_AUTHORIZATION": f"Basic {token}"}
+
+
+class Api:
+    """A REST client: JSON bodies and ``user``'s HTTP Basic credentials."""
+
+    def __init__(self, user: User | None = None) -> None:
+        self.client = Client()
+        self.auth = basic_auth(user)
+
+    def get(self, path: str, **extra: Any) -> Any:
+        return self.client.get(path, **self.auth, **extra)
+
+    def post(self, path: str, body: Any = None, **extra: Any) -> Any:
+        data = b"" if body is None else body if isinstance(body, bytes) else json.dumps(body)
+        extra.setdefault("content_type", "application/json")
+        return self.client.post(path, data=data, **self.auth, **extra)
 
 
 # --- the gateway, directly -----------------------------------------------------------

@@ -506,6 +506,12 @@ AUDIT_FILTERS = [
     OpenApiParameter(
         "actor", {"type": "string", "maxLength": 200}, description="Only this actor, exactly."
     ),
+    # The pagination's own parameter, with the bounds it enforces (400 outside them).
+    OpenApiParameter(
+        "page_size",
+        {"type": "integer", "minimum": 1, "maximum": API_MAX_PAGE_SIZE},
+        description="Entries per page (default API_PAGE_SIZE).",
+    ),
 ]
 
 

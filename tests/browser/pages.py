@@ -151,3 +151,22 @@ class AdminPages:
         self.wait_for(By.CSS_SELECTOR, "ul.messagelist")
         self.assert_no_alert()
         return self.messages()
+
+    # -- the audit trail ----------------------------------------------------
+
+    def history(self, job: Job) -> list[dict[str, str]]:
+        """Open ``job``'s History page (from its page's link); its audit entries, newest first."""
+        self.open_job(job)
+        link = self.wait_for(By.CSS_SELECTOR, "a.historylink")
+        link.click()
+        self.wait_for_path(f"{JOBS}{job.pk}/history/")
+        self.wait_for(By.ID, "audit-trail")
+        self.assert_no_alert()
+        return [
+            {
+                "actor": row.find_element(By.CSS_SELECTOR, ".audit-actor").text,
+                "door": row.find_element(By.CSS_SELECTOR, ".audit-door").text,
+                "action": row.find_element(By.CSS_SELECTOR, ".audit-action").text,
+            }
+            for row in self.driver.find_elements(By.CSS_SELECTOR, "#audit-trail tr.audit-entry")
+        ]

@@ -29,11 +29,11 @@ from collections import Counter
 
 import psycopg
 import pytest
-from django.contrib.auth.models import User
 from django.db import connections
 from rest_framework.authtoken.models import Token
 
 from django_durable_jobs.models import Job, JobStatus
+from tests.factories import make_user
 
 from .cluster import APP_ROLE
 from .fleet import Fleet, wait_until
@@ -97,7 +97,7 @@ def test_workers_wait_for_a_full_server_and_recover(
 def run(database: Database, fleet: Fleet, server: Server, mode: Mode, hog: Hog) -> None:
     random, seed = rng()
     cluster = database.cluster
-    user = User.objects.db_manager(database.alias).create_user("chaos-client", is_staff=True)
+    user = make_user("chaos-client", superuser=True, using=database.alias)
     token = Token.objects.using(database.alias).create(user=user).key
 
     def post(key: str) -> tuple[int, dict[str, object]]:

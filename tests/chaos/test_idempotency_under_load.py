@@ -22,12 +22,12 @@ import time
 from collections import Counter, defaultdict
 
 import pytest
-from django.contrib.auth.models import User
 from django.db import connections
 from rest_framework.authtoken.models import Token
 
 from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job
+from tests.factories import make_user
 
 from .fleet import Fleet
 from .scenario import Database, Mode
@@ -49,7 +49,7 @@ def test_overlapping_keys_over_http_and_threads_make_one_job_per_key(
     alias = database.alias
     keys = [f"order-{i}" for i in range(mode.pick(short=200, long=1_000))]
     per_client = mode.pick(short=25, long=60)
-    user = User.objects.db_manager(alias).create_user("chaos-client", is_staff=True)
+    user = make_user("chaos-client", superuser=True, using=alias)
     token = Token.objects.using(alias).create(user=user).key
     samples = [
         random_module.Random(random.random()).sample(keys, per_client)

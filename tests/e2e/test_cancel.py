@@ -4,17 +4,16 @@ worker killed while its cancelled job runs."""
 from __future__ import annotations
 
 import signal
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job, JobStatus
+from tests.factories import client_for, make_operator
 from tests.testapp.models import Execution
 
 from .test_worker_processes import Workers, wait_for
@@ -39,9 +38,7 @@ def status(job: Job) -> str:
 
 
 def staff_client() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_user(f"staff-{uuid.uuid4().hex[:6]}", is_staff=True))
-    return client
+    return client_for(make_operator())
 
 
 def cancel_over_rest(job: Job) -> Any:

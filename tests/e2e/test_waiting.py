@@ -14,12 +14,11 @@ from datetime import timezone as dt_timezone
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
 from django_durable_jobs import enqueue, wait
 from django_durable_jobs.models import JobStatus
-from tests.factories import wait_until
+from tests.factories import PASSWORD, make_user, wait_until
 from tests.testapp.models import Execution
 
 from .test_worker_processes import Workers
@@ -59,9 +58,9 @@ def test_wait_returns_within_2s_of_the_job_s_completion(worker: Workers) -> None
 
 @override_settings(DURABLE_JOBS={"WAIT_POLL_INTERVAL_SECONDS": 60.0})
 def test_the_rest_long_poll_answers_with_the_completed_job(worker: Workers) -> None:
-    User.objects.create_user("staff", password="pw", is_staff=True)
+    make_user("reader", "view_job")
     client = Client()
-    client.login(username="staff", password="pw")
+    client.login(username="reader", password=PASSWORD)
     job = enqueue("tests.record", {"sleep": 0.5}).job
     started = time.monotonic()
     response = client.get(f"/api/jobs/{job.pk}?wait=20")

@@ -8,14 +8,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_durable_jobs.constants import CREATED_INDEX, QUEUE_INDEX, STATUS_INDEX, TYPE_INDEX
-from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.models import AuditEntry, Job, JobStatus
+from tests.factories import client_for, user_with
 
 pytestmark = pytest.mark.django_db
 
@@ -26,20 +26,6 @@ XSS = "<script>alert(1)</script>"
 
 def make_job(**fields: Any) -> Job:
     return Job.objects.create(**{"type": "tests.record", **fields})
-
-
-def user_with(*codenames: str) -> User:
-    user = User.objects.create_user(f"user-{uuid.uuid4().hex[:8]}", is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="durable_jobs", codename__in=codenames)
-    )
-    return user
-
-
-def client_for(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def listed_ids(response: Any) -> set[str]:
@@ -221,15 +207,29 @@ def test_a_user_with_view_job_only_sees_no_actions_and_cannot_run_them() -> None
     assert status_of(dead) == JobStatus.DEAD
 
 
-def test_a_user_with_change_job_runs_the_actions_on_both_pages() -> None:
+def test_change_job_alone_offers_and_runs_no_action() -> None:
     client = client_for(user_with("view_job", "change_job"))
+    dead, pending = make_job(status=JobStatus.DEAD), make_job()
+    assert 'name="action"' not in client.get(JOBS).content.decode()
+    run_action(client, JOBS, "requeue_jobs", [dead])
+    run_action(client, DEAD_JOBS, "requeue_jobs", [dead])
+    run_action(client, JOBS, "cancel_jobs", [pending])
+    assert (status_of(dead), status_of(pending)) == (JobStatus.DEAD, JobStatus.PENDING)
+    assert not AuditEntry.objects.exists()
+
+
+def test_requeue_job_runs_the_requeue_action_on_both_pages_and_no_other() -> None:
+    client = client_for(user_with("view_job", "requeue_job"))
     first, second = make_job(status=JobStatus.DEAD), make_job(status=JobStatus.DEAD)
+    pending = make_job()
     html = client.get(JOBS).content.decode()
-    for action in ("requeue_jobs", "cancel_jobs", "run_jobs_now"):
-        assert f'value="{action}"' in html
+    assert 'value="requeue_jobs"' in html
+    assert 'value="cancel_jobs"' not in html and 'value="run_jobs_now"' not in html
     assert "1 job was requeued." in run_action(client, JOBS, "requeue_jobs", [first])
     assert "1 job was requeued." in run_action(client, DEAD_JOBS, "requeue_jobs", [second])
     assert status_of(first) == status_of(second) == JobStatus.PENDING
+    run_action(client, JOBS, "cancel_jobs", [pending])
+    assert status_of(pending) == JobStatus.PENDING
 
 
 def test_a_staff_user_without_job_permissions_is_refused() -> None:

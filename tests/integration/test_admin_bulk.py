@@ -11,16 +11,16 @@ from urllib.parse import parse_qs
 
 import pytest
 from django.contrib.admin.sites import site
-from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
 from django.test import Client
 from django.utils import timezone
 
-from django_durable_jobs import bulk, enqueue, enqueue_many
+from django_durable_jobs import bulk, enqueue_many
 from django_durable_jobs.context import CancelFlag, JobContext
+from django_durable_jobs.enqueueing import enqueue_own
 from django_durable_jobs.exceptions import JobCancelled
 from django_durable_jobs.models import DeadJob, Job, JobStatus
-from tests.factories import burst
+from tests.factories import burst, client_for, user_with
 
 JOBS = "/admin/durable_jobs/job/"
 DEAD_JOBS = "/admin/durable_jobs/deadjob/"
@@ -34,20 +34,6 @@ def make_jobs(count: int, status: str, **fields: Any) -> list[uuid.UUID]:
     ids = [result.job.pk for result in results]
     Job.objects.filter(pk__in=ids).update(status=status, **fields)
     return ids
-
-
-def staff(*codenames: str) -> User:
-    user = User.objects.create_user(f"user-{uuid.uuid4().hex[:8]}", is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="durable_jobs", codename__in=codenames)
-    )
-    return user
-
-
-def client_for(user: User, *, csrf: bool = False) -> Client:
-    client = Client(enforce_csrf_checks=csrf)
-    client.force_login(user)
-    return client
 
 
 def bulk_links(html: str) -> dict[str, tuple[str, str]]:
@@ -114,7 +100,7 @@ def test_the_dead_jobs_page_offers_a_bulk_requeue(admin_client: Client) -> None:
 @pytest.mark.django_db
 def test_a_user_who_can_only_view_gets_no_bulk_button_and_403() -> None:
     make_jobs(2, JobStatus.DEAD)
-    client = client_for(staff("view_job"))
+    client = client_for(user_with("view_job"))
     assert bulk_links(client.get(f"{JOBS}?status__exact=dead").content.decode()) == {}
     url = f"{JOBS}bulk-requeue/?status__exact=dead"
     assert client.get(url).status_code == 403
@@ -232,7 +218,7 @@ def test_the_post_enqueues_one_bulk_job_and_links_to_it(admin_client: Client) ->
 @pytest.mark.django_db
 def test_the_post_needs_the_csrf_token_and_a_form_token() -> None:
     make_jobs(2, JobStatus.PENDING)
-    client = client_for(staff("view_job", "change_job"), csrf=True)
+    client = client_for(user_with("view_job", "cancel_job"), csrf=True)
     url = f"{JOBS}bulk-cancel/?status__exact=pending"
     assert client.post(url, {"token": uuid.uuid4().hex}).status_code == 403
     page = client.get(url).content.decode()
@@ -285,7 +271,7 @@ def test_a_bulk_job_retried_resumes_after_its_last_batch() -> None:
     Job.objects.filter(pk__in=[pk for _, pk in newest[:5]]).update(status=JobStatus.CANCELLED)
     progress = bulk.BulkProgress("cancel", job_filter, 12, False, 5, 1, newest[4])
     job_type, payload = bulk.bulk_job_payload("cancel", job_filter, batch_size=4)
-    job = enqueue(job_type, payload).job
+    job = enqueue_own(job_type, payload, idempotency_key="test:resume").job
     Job.objects.filter(pk=job.pk).update(result=progress.as_dict(), attempts=1)
     # A job above the cursor that became pending again since is not visited.
     Job.objects.filter(pk=newest[0][1]).update(status=JobStatus.PENDING)
@@ -299,7 +285,8 @@ def test_a_bulk_job_retried_resumes_after_its_last_batch() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_bulk_job_with_a_bad_payload_dies_at_once() -> None:
-    job = enqueue(bulk.BULK_REQUEUE, {"filter": {"status": "pending"}}).job
+    payload = {"filter": {"status": "pending"}}
+    job = enqueue_own(bulk.BULK_REQUEUE, payload, idempotency_key="test:bad").job
     burst(queues=frozenset({"default"}))
     job.refresh_from_db()
     assert job.status == JobStatus.DEAD and job.attempts == 1
@@ -312,7 +299,7 @@ def test_a_cancelled_bulk_job_stops_before_committing_a_batch(
 ) -> None:
     ids = make_jobs(10, JobStatus.DEAD)
     job_type, payload = bulk.bulk_job_payload("requeue", bulk.JobFilter(status="dead"))
-    job = enqueue(job_type, payload).job
+    job = enqueue_own(job_type, payload, idempotency_key="test:cancelled").job
     Job.objects.filter(pk=job.pk).update(status=JobStatus.RUNNING)
     flag = CancelFlag()
     flag.request_cancel()

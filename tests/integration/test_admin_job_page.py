@@ -10,13 +10,13 @@ from datetime import timezone as dt_timezone
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
 from django.test import Client
 from django.utils import timezone
 
 from django_durable_jobs.admin.timeline import CANCELLED_EXCEPTION, attempt_timeline
 from django_durable_jobs.models import Job, JobStatus
+from tests.factories import client_for, user_with
 
 pytestmark = pytest.mark.django_db
 
@@ -29,20 +29,6 @@ BUTTONS = {"requeue": "Requeue", "cancel": "Cancel", "run-now": "Run now"}
 
 def make_job(**fields: Any) -> Job:
     return Job.objects.create(**{"type": "tests.record", **fields})
-
-
-def staff(*codenames: str) -> User:
-    user = User.objects.create_user(f"user-{uuid.uuid4().hex[:8]}", is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="durable_jobs", codename__in=codenames)
-    )
-    return user
-
-
-def client_for(user: User, *, csrf: bool = False) -> Client:
-    client = Client(enforce_csrf_checks=csrf)
-    client.force_login(user)
-    return client
 
 
 def buttons(html: str) -> set[str]:
@@ -101,7 +87,7 @@ def test_a_dead_jobs_page_has_the_requeue_button_too(admin_client: Client) -> No
 
 
 def test_a_user_who_can_only_view_sees_no_button_and_gets_403() -> None:
-    client = client_for(staff("view_job"))
+    client = client_for(user_with("view_job"))
     job = make_job(status=JobStatus.DEAD)
     response = client.get(f"{JOBS}{job.pk}/change/")
     assert response.status_code == 200
@@ -113,7 +99,7 @@ def test_a_user_who_can_only_view_sees_no_button_and_gets_403() -> None:
 
 
 def test_a_staff_user_without_job_permissions_gets_403() -> None:
-    client = client_for(staff())
+    client = client_for(user_with())
     job = make_job()
     assert client.post(f"{JOBS}{job.pk}/cancel/").status_code == 403
     assert status_of(job) == JobStatus.PENDING
@@ -126,17 +112,32 @@ def test_someone_not_logged_in_is_sent_to_the_login_page() -> None:
     assert status_of(job) == JobStatus.DEAD
 
 
-def test_a_user_with_change_job_gets_the_buttons() -> None:
-    client = client_for(staff("view_job", "change_job"))
+def test_change_job_gives_no_button_and_no_action() -> None:
+    client = client_for(user_with("view_job", "change_job"))
     job = make_job()
-    assert buttons(client.get(f"{JOBS}{job.pk}/change/").content.decode()) == {"cancel", "run-now"}
+    assert buttons(client.get(f"{JOBS}{job.pk}/change/").content.decode()) == set()
+    for slug in ("cancel", "run-now"):
+        assert client.post(f"{JOBS}{job.pk}/{slug}/").status_code == 403
+    assert status_of(job) == JobStatus.PENDING
+
+
+@pytest.mark.parametrize(
+    ("codename", "expected"),
+    [("cancel_job", {"cancel"}), ("run_job_now", {"run-now"}), ("requeue_job", set())],
+)
+def test_each_button_shows_for_the_permission_of_its_action(
+    codename: str, expected: set[str]
+) -> None:
+    client = client_for(user_with("view_job", codename))
+    job = make_job()
+    assert buttons(client.get(f"{JOBS}{job.pk}/change/").content.decode()) == expected
 
 
 # -- CSRF -------------------------------------------------------------------------------
 
 
 def test_a_post_without_the_csrf_token_is_refused() -> None:
-    client = client_for(staff("view_job", "change_job"), csrf=True)
+    client = client_for(user_with("view_job", "requeue_job"), csrf=True)
     job = make_job(status=JobStatus.DEAD)
     assert client.post(f"{JOBS}{job.pk}/requeue/").status_code == 403
     assert status_of(job) == JobStatus.DEAD

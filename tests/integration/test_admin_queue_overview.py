@@ -5,13 +5,11 @@ the cap, the oldest pending job, the last hour's chart, and the per-row pause an
 from __future__ import annotations
 
 import re
-import uuid
 from datetime import timedelta
 from html import unescape
-from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
@@ -20,7 +18,7 @@ from django_durable_jobs import queue_overview as overview_module
 from django_durable_jobs.models import Job, JobStatus, QueueMinuteStats, QueueState
 from django_durable_jobs.pausing import pause_queue, paused_queues
 from django_durable_jobs.queue_overview import CHART_MINUTES, queue_overview
-from tests.factories import make_job
+from tests.factories import client_for, make_job, user_with
 
 pytestmark = pytest.mark.django_db
 
@@ -28,14 +26,8 @@ QUEUES = "/admin/durable_jobs/queuestate/"
 JOBS = "/admin/durable_jobs/job/"
 
 
-def user_with(*codenames: str, **client_options: Any) -> Client:
-    user = User.objects.create_user(f"user-{uuid.uuid4().hex[:8]}", is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="durable_jobs", codename__in=codenames)
-    )
-    client = Client(**client_options)
-    client.force_login(user)
-    return client
+def client_with(*codenames: str) -> Client:
+    return client_for(user_with(*codenames))
 
 
 def cells(html: str, column: str) -> dict[str, str]:
@@ -204,7 +196,7 @@ def test_an_unknown_queue_is_a_404(admin_client: Client) -> None:
 def test_a_viewer_sees_no_controls_and_gets_403_on_a_post() -> None:
     make_job(queue="emails")
     pause_queue("parked")
-    viewer = user_with("view_job")
+    viewer = client_with("view_job")
     response = viewer.get(QUEUES)
     assert response.status_code == 200
     html = response.content.decode()
@@ -216,12 +208,21 @@ def test_a_viewer_sees_no_controls_and_gets_403_on_a_post() -> None:
     assert paused_queues() == {"parked": None}
 
 
-def test_change_job_alone_gives_the_controls() -> None:
+def test_pause_queue_gives_the_controls() -> None:
     make_job(queue="emails")
-    operator = user_with("change_job")
+    operator = client_with("view_job", "pause_queue")
     assert "/pause/" in operator.get(QUEUES).content.decode()
     assert operator.post(pause_url("emails"), {"_pause": "1"}).status_code == 302
     assert paused_queues() == {"emails": None}
+
+
+def test_change_job_alone_gives_no_controls() -> None:
+    make_job(queue="emails")
+    operator = client_with("change_job")
+    html = operator.get(QUEUES).content.decode()
+    assert "/pause/" not in html and "field-controls" not in html
+    assert operator.post(pause_url("emails"), {"_pause": "1"}).status_code == 403
+    assert paused_queues() == {}
 
 
 def test_the_post_needs_the_csrf_token(admin_user: User) -> None:

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import re
-import uuid
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 
 from django_durable_jobs.models import JobStatus, QueueState
 from django_durable_jobs.pausing import pause_queue, paused_queues
-from tests.factories import make_job
+from tests.factories import client_for, make_job, user_with
 
 from .test_held_back import LIMITED, hold_jobs_back
 
@@ -21,14 +19,8 @@ pytestmark = pytest.mark.django_db
 QUEUES = "/admin/durable_jobs/queuestate/"
 
 
-def user_with(*codenames: str) -> Client:
-    user = User.objects.create_user(f"user-{uuid.uuid4().hex[:8]}", is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="durable_jobs", codename__in=codenames)
-    )
-    client = Client()
-    client.force_login(user)
-    return client
+def client_with(*codenames: str) -> Client:
+    return client_for(user_with(*codenames))
 
 
 def act(client: Client, action: str, names: list[str]) -> Any:
@@ -83,7 +75,7 @@ def test_pause_resume_and_pause_briefly_actions(admin_client: Client) -> None:
 
 def test_a_reader_sees_the_list_without_actions_and_cannot_pause() -> None:
     pause_queue("parked")
-    reader = user_with("view_job")
+    reader = client_with("view_job")
     response = reader.get(QUEUES)
     assert response.status_code == 200
     assert 'value="pause_queues"' not in response.content.decode()
@@ -95,14 +87,24 @@ def test_a_reader_sees_the_list_without_actions_and_cannot_pause() -> None:
     assert page.status_code == 200 and "Save" not in page.content.decode()
 
 
-def test_an_operator_with_change_job_may_pause() -> None:
+def test_an_operator_with_pause_queue_may_pause_and_resume() -> None:
     make_job(queue="emails")
-    operator = user_with("change_job")
+    operator = client_with("view_job", "pause_queue")
     operator.get(QUEUES)
     act(operator, "pause_queues", ["emails"])
     assert paused_queues() == {"emails": None}
+    act(operator, "resume_queues", ["emails"])
+    assert paused_queues() == {}
+
+
+def test_change_job_alone_may_not_pause() -> None:
+    make_job(queue="emails")
+    operator = client_with("change_job")
+    assert 'value="pause_queues"' not in operator.get(QUEUES).content.decode()
+    act(operator, "pause_queues", ["emails"])
+    assert paused_queues() == {}
 
 
 def test_a_user_without_job_permissions_gets_no_page() -> None:
-    assert user_with().get(QUEUES).status_code == 403
+    assert client_with().get(QUEUES).status_code == 403
     assert not QueueState.objects.exists()

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import Permission, User
 from django.db import OperationalError, connections
 from django.test import Client, override_settings
 from django.utils import timezone
@@ -28,50 +27,19 @@ from rest_framework.authtoken.models import Token
 from django_durable_jobs import enqueue, enqueue_many
 from django_durable_jobs.api.errors import PayloadTooLarge
 from django_durable_jobs.api.parsers import BoundedJSONParser
-from django_durable_jobs.models import Job, JobStatus
-from tests.factories import make_job
+from django_durable_jobs.models import AuditEntry, Job, JobStatus, QueueState
+from tests.factories import PASSWORD, Api, make_job, make_operator, make_user
+from tests.factories import basic_auth as basic
 
 from .helpers import run_in_threads
 
 pytestmark = pytest.mark.django_db
 
-PASSWORD = "pw"
 TYPE = "example.echo"  # registered by the example app
 SLASHES = pytest.mark.parametrize("slash", ["", "/"], ids=["no-slash", "slash"])
 
 
 # --- helpers -------------------------------------------------------------------
-
-
-def make_user(name: str, *perms: str, staff: bool = False) -> User:
-    user = User.objects.create_user(name, password=PASSWORD, is_staff=staff)
-    for perm in perms:
-        user.user_permissions.add(Permission.objects.get(codename=perm))
-    return user
-
-
-def basic(user: User | None) -> dict[str, str]:
-    if user is None:
-        return {}
-    token = base64.b64encode(f"{user.username}:{PASSWORD}".encode()).decode()
-    return {"HTTP_AUTHORIZATION": f"Basic {token}"}
-
-
-class Api:
-    """A test client that sends JSON and HTTP Basic credentials."""
-
-    def __init__(self, user: User | None = None) -> None:
-        self.client = Client()
-        self.auth = basic(user)
-
-    def get(self, path: str, **extra: Any) -> Any:
-        return self.client.get(path, **self.auth, **extra)
-
-    def post(self, path: str, body: Any = None, **extra: Any) -> Any:
-        # No body: {}, as every state-changing call takes a JSON body (415 without one).
-        data = body if isinstance(body, bytes) else json.dumps({} if body is None else body)
-        extra.setdefault("content_type", "application/json")
-        return self.client.post(path, data=data, **self.auth, **extra)
 
 
 def job_body(key: str = "k1", **fields: Any) -> dict[str, Any]:
@@ -91,31 +59,26 @@ def assert_error(response: Any, status: int, error: str) -> dict[str, Any]:
     return body
 
 
-@pytest.fixture
-def staff() -> Api:
-    return Api(make_user("staff", staff=True))
-
-
 # --- POST /api/jobs ------------------------------------------------------------
 
 
 @SLASHES
 def test_enqueue_creates_then_replays_the_same_job(staff: Api, slash: str) -> None:
-    first = staff.post(f"/api/jobs{slash}", job_body(priority=3, queue="emails", max_attempts=2))
+    first = staff.post(f"/api/jobs{slash}", job_body(priority=-3, queue="narrow", max_attempts=2))
     assert first.status_code == 201, first.content
     job = first.json()
     assert first["Location"] == f"/api/jobs/{job['id']}"
     assert (job["type"], job["queue"], job["priority"], job["max_attempts"]) == (
         TYPE,
-        "emails",
-        3,
+        "narrow",
+        -3,
         2,
     )
     assert job["payload"] == {"n": 1}
     assert job["status"] == "pending" and job["attempts"] == 0
     assert {"result", "errors", "created_at", "available_at", "last_error"} <= set(job)
 
-    replay = staff.post(f"/api/jobs{slash}", job_body(priority=3, queue="emails", max_attempts=2))
+    replay = staff.post(f"/api/jobs{slash}", job_body(priority=-3, queue="narrow", max_attempts=2))
     assert replay.status_code == 200
     assert replay.json()["id"] == job["id"]
     assert Job.objects.count() == 1
@@ -123,7 +86,7 @@ def test_enqueue_creates_then_replays_the_same_job(staff: Api, slash: str) -> No
 
 def test_enqueue_with_other_parameters_for_the_same_key_is_a_409(staff: Api) -> None:
     job_id = staff.post("/api/jobs", job_body()).json()["id"]
-    response = staff.post("/api/jobs", job_body(payload={"n": 2}, priority=1))
+    response = staff.post("/api/jobs", job_body(payload={"n": 2}, priority=-1))
     body = assert_error(response, 409, "idempotency_conflict")
     assert body["job_id"] == job_id
     assert body["differences"] == ["payload", "priority"]
@@ -525,7 +488,7 @@ def test_health_is_a_503_when_the_database_does_not_answer(
 def test_an_unreachable_database_is_a_json_503_not_an_html_500() -> None:
     # What the chaos suite saw with the server's connections all taken
     # ("remaining connection slots are reserved"): Django's HTML error page.
-    staff = make_user("staff", staff=True)
+    staff = make_operator("staff")
     connection = connections["default"]
     port = connection.settings_dict["PORT"]
     with socket.socket() as probe:  # a port nothing listens on: connecting is refused
@@ -559,15 +522,23 @@ ENDPOINTS: dict[str, Endpoint] = {
     "enqueue": ("post", lambda p, d: "/api/jobs", "add_job", 201),
     "list": ("get", lambda p, d: "/api/jobs", "view_job", 200),
     "detail": ("get", lambda p, d: f"/api/jobs/{p.pk}", "view_job", 200),
-    "requeue": ("post", lambda p, d: f"/api/jobs/{d.pk}/requeue", "change_job", 200),
-    "cancel": ("post", lambda p, d: f"/api/jobs/{p.pk}/cancel", "change_job", 200),
+    "requeue": ("post", lambda p, d: f"/api/jobs/{d.pk}/requeue", "requeue_job", 200),
+    "cancel": ("post", lambda p, d: f"/api/jobs/{p.pk}/cancel", "cancel_job", 200),
     "stats": ("get", lambda p, d: "/api/jobs/stats", "view_job", 200),
     "schedules": ("get", lambda p, d: "/api/schedules", "view_job", 200),
     "queues": ("get", lambda p, d: "/api/queues", "view_job", 200),
-    "pause": ("post", lambda p, d: "/api/queues/default/pause", "change_job", 200),
-    "resume": ("post", lambda p, d: "/api/queues/default/resume", "change_job", 200),
+    "pause": ("post", lambda p, d: "/api/queues/default/pause", "pause_queue", 200),
+    "resume": ("post", lambda p, d: "/api/queues/default/resume", "pause_queue", 200),
 }
-WRONG_PERMISSION = {"add_job": "view_job", "view_job": "add_job", "change_job": "add_job"}
+#: Permissions that do not grant the endpoint's: change_job (which once allowed every
+#: action) and another action's.
+WRONG_PERMISSIONS = {
+    "add_job": ("view_job", "change_job"),
+    "view_job": ("add_job",),
+    "requeue_job": ("change_job", "cancel_job"),
+    "cancel_job": ("change_job", "requeue_job"),
+    "pause_queue": ("change_job", "run_job_now"),
+}
 
 
 def call(api: Api, endpoint: str) -> Any:
@@ -599,21 +570,30 @@ def test_wrong_credentials_are_a_401(endpoint: str) -> None:
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 def test_users_without_the_permission_get_a_403(endpoint: str) -> None:
     perm = ENDPOINTS[endpoint][2]
-    for user in (make_user("none"), make_user("other", WRONG_PERMISSION[perm])):
+    # is_staff alone grants nothing at the REST door.
+    users = [make_user("staff-only", staff=True), make_user("plain", staff=False)]
+    users += [make_user(f"other-{wrong}", wrong) for wrong in WRONG_PERMISSIONS[perm]]
+    for user in users:
         response = call(Api(user), endpoint)
         body = assert_error(response, 403, "permission_denied")
         assert set(body) == {"error", "detail"}
     assert Job.objects.filter(idempotency_key="auth").count() == 0
+    # Nothing changed: each call's pending and dead job are as made, no queue was
+    # paused, nothing was recorded.
+    statuses = sorted(Job.objects.values_list("status", flat=True))
+    assert statuses == sorted([JobStatus.PENDING, JobStatus.DEAD] * len(users))
+    assert not QueueState.objects.filter(paused_at__isnull=False).exists()
+    assert not AuditEntry.objects.exists()
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
-def test_users_with_the_permission_or_staff_are_allowed(endpoint: str) -> None:
+def test_users_with_the_permission_or_superusers_are_allowed(endpoint: str) -> None:
     expected = ENDPOINTS[endpoint][3]
-    allowed = make_user("allowed", ENDPOINTS[endpoint][2])
+    allowed = make_user("allowed", ENDPOINTS[endpoint][2], staff=False)
     assert call(Api(allowed), endpoint).status_code == expected
     Job.objects.all().delete()
-    staff = make_user("staff", staff=True)
-    assert call(Api(staff), endpoint).status_code == expected
+    superuser = make_user("root", superuser=True)
+    assert call(Api(superuser), endpoint).status_code == expected
 
 
 def test_change_job_also_allows_reading() -> None:
@@ -647,7 +627,7 @@ def test_token_authentication() -> None:
 
 
 def test_session_authentication_enforces_csrf() -> None:
-    make_user("browser", staff=True)
+    make_user("browser", "view_job", "add_job")
     client = Client(enforce_csrf_checks=True)
     assert client.login(username="browser", password=PASSWORD)
     assert client.get("/api/jobs").status_code == 200  # safe methods need no token

@@ -22,14 +22,9 @@ from django.utils.dateparse import parse_datetime
 from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job, QueueState
 
-from .test_api import Api, assert_error, job_body, make_user
+from .test_api import Api, assert_error, job_body
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def staff() -> Api:
-    return Api(make_user("staff", staff=True))
 
 
 def raw_post(api: Api, path: str, text: str) -> Any:

@@ -23,11 +23,6 @@ pytestmark = pytest.mark.django_db
 QUEUES = {"QUEUES": {"emails": {"rate_limit": "10/s", "concurrency": 4}, "quiet": {}}}
 
 
-@pytest.fixture
-def staff() -> Api:
-    return Api(make_user("staff", staff=True))
-
-
 def by_name(body: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {queue["name"]: queue for queue in body}
 

@@ -19,16 +19,11 @@ from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.waiting import listener as listening
 from tests.factories import complete_next, wait_until
 
-from .test_api import Api, assert_error, make_user
+from .test_api import Api, assert_error
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SLOW_POLL = {"WAIT_POLL_INTERVAL_SECONDS": 60.0}
-
-
-@pytest.fixture
-def staff() -> Api:
-    return Api(make_user("staff", staff=True))
 
 
 def get_in_thread(api: Api, path: str) -> tuple[threading.Thread, dict[str, Any]]:

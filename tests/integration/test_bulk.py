@@ -20,6 +20,7 @@ from django_durable_jobs import bulk, db, enqueue, enqueue_many
 from django_durable_jobs.bulk import BulkProgress, InvalidFilter, JobFilter
 from django_durable_jobs.constants import PRIORITY_MAX
 from django_durable_jobs.db.records import ClaimedJob
+from django_durable_jobs.enqueueing import enqueue_own
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker.outcomes import Failure, dead
 from tests.factories import WAIT_SECONDS
@@ -140,7 +141,8 @@ def test_each_filter_selects_its_jobs(filters: dict[str, Any], expected: str) ->
 
 
 def test_bulk_jobs_are_left_alone_unless_the_filter_names_their_type() -> None:
-    earlier = enqueue(bulk.BULK_CANCEL, {"filter": {"status": "pending"}}).job
+    payload = {"filter": {"status": "pending"}}
+    earlier = enqueue_own(bulk.BULK_CANCEL, payload, idempotency_key="test:earlier").job
     Job.objects.filter(pk=earlier.pk).update(status=JobStatus.CANCELLED)
     other = make_jobs(3, JobStatus.CANCELLED)
     assert bulk.requeue_matching(status=JobStatus.CANCELLED).changed == 3

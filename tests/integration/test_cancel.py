@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
 from django_durable_jobs import db, enqueue, operations
@@ -33,9 +32,11 @@ from django_durable_jobs.worker.watchdog import Watchdog
 from tests.factories import (
     RunningWorker,
     claim_directly,
+    client_for,
     expire,
     finish,
     join_handler_threads,
+    make_operator,
     reaper,
     wait_until,
     worker_config,
@@ -67,9 +68,7 @@ def status_of(job_id: uuid.UUID) -> str:
 
 
 def api() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_user(f"s-{uuid.uuid4().hex[:6]}", is_staff=True))
-    return client
+    return client_for(make_operator())
 
 
 def cancel_over_rest(job_id: uuid.UUID) -> tuple[int, dict[str, Any], float]:

@@ -69,3 +69,76 @@ def test_bad_settings_are_errors(value: object, ids: list[str]) -> None:
         messages = check_settings()
     assert error_ids(messages) == ids
     assert all(m.level == checks.ERROR for m in messages)
+
+
+# -- durable_jobs.E010 / W011: what REST callers may enqueue (rest_policy.py) -----------
+
+
+def rest_policy_ids(setting: dict[str, Any]) -> list[str]:
+    from django_durable_jobs.checks import check_rest_enqueue_policy
+
+    with override_settings(DURABLE_JOBS=setting):
+        return error_ids(check_rest_enqueue_policy())
+
+
+@pytest.mark.parametrize(
+    "types",
+    [
+        ["durable_jobs.bulk_cancel"],
+        ["durable_jobs.*"],
+        ["durable_jobs.bulk_cancel.*"],
+        ["example.echo", "durable_jobs.bulk_requeue"],
+    ],
+)
+def test_e010_when_api_enqueue_types_names_the_package_s_own_types(types: list[str]) -> None:
+    from django_durable_jobs.checks import check_rest_enqueue_policy
+
+    with override_settings(DURABLE_JOBS={"API_ENQUEUE_TYPES": types}):
+        messages = check_rest_enqueue_policy()
+    assert error_ids(messages) == ["durable_jobs.E010"]
+    assert messages[0].level == checks.ERROR
+    assert "own job types" in messages[0].msg and "never" in messages[0].msg
+    assert messages[0].hint and "API_ENQUEUE_TYPES" in messages[0].hint
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"API_ENQUEUE_TYPES": [" spaced "]},
+        {"API_ENQUEUE_TYPES": [""]},
+        {"API_ENQUEUE_QUEUES": ["bad queue"]},
+        {"API_ENQUEUE_QUEUES": ["a,b"]},
+    ],
+)
+def test_e010_for_a_name_no_job_or_queue_can_have(setting: dict[str, Any]) -> None:
+    assert rest_policy_ids(setting) == ["durable_jobs.E010"]
+
+
+def test_w011_for_a_listed_type_without_a_handler() -> None:
+    from django_durable_jobs.checks import check_rest_enqueue_policy
+
+    with override_settings(DURABLE_JOBS={"API_ENQUEUE_TYPES": ["example.echo", "nobody.runs"]}):
+        messages = check_rest_enqueue_policy()
+    assert error_ids(messages) == ["durable_jobs.W011"]
+    assert messages[0].level == checks.WARNING and "'nobody.runs'" in messages[0].msg
+    # Unregistered types allowed: no warning; a pattern is never warned about.
+    setting = {"API_ENQUEUE_TYPES": ["nobody.runs"], "API_ALLOW_UNREGISTERED_TYPES": True}
+    assert rest_policy_ids(setting) == []
+    assert rest_policy_ids({"API_ENQUEUE_TYPES": ["nobody.*"]}) == []
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {},
+        {"API_ENQUEUE_TYPES": None, "API_ENQUEUE_QUEUES": None},
+        {"API_ENQUEUE_TYPES": ["example.echo", "example.*"], "API_ENQUEUE_QUEUES": ["emails"]},
+    ],
+)
+def test_the_default_and_a_sound_policy_pass(setting: dict[str, Any]) -> None:
+    assert rest_policy_ids(setting) == []
+
+
+def test_e010_is_reported_by_manage_py_check() -> None:
+    with override_settings(DURABLE_JOBS={"API_ENQUEUE_TYPES": ["durable_jobs.bulk_cancel"]}):
+        assert "durable_jobs.E010" in error_ids(checks.run_checks(databases=[]))

@@ -6,14 +6,9 @@ import pytest
 
 from django_durable_jobs.models import Job
 
-from .test_api import Api, assert_error, job_body, make_user
+from .test_api import Api, assert_error, job_body
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def staff() -> Api:
-    return Api(make_user("staff-keys", staff=True))
 
 
 def test_post_with_a_concurrency_key_stores_it_and_detail_shows_it(staff: Api) -> None:

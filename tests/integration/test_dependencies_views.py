@@ -15,16 +15,11 @@ from django.test import Client
 from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job, JobDependency
 
-from .test_api import Api, job_body, make_user
+from .test_api import Api, job_body
 
 pytestmark = pytest.mark.django_db
 
 TYPE = "example.echo"
-
-
-@pytest.fixture
-def staff() -> Api:
-    return Api(make_user("staff", staff=True))
 
 
 def test_rest_enqueue_with_depends_on_waits_and_lists_both_sides(staff: Api) -> None:

@@ -540,7 +540,7 @@ def test_api_lists_schedules_by_name_with_last_and_next_tick(slash: str) -> None
 
 
 def test_api_says_pruned_for_a_last_job_that_retention_deleted() -> None:
-    staff = Api(make_user("staff", staff=True))
+    staff = Api(make_user("reader", "view_job"))
     with override_settings(DURABLE_JOBS={"SCHEDULES": SETTINGS_SCHEDULES}):
         scheduler(EVERY_MINUTE).run_once()
         job_id = Job.objects.get().pk
@@ -552,7 +552,7 @@ def test_api_says_pruned_for_a_last_job_that_retention_deleted() -> None:
 
 
 def test_api_with_no_schedules_is_an_empty_list() -> None:
-    response = Api(make_user("staff", staff=True)).get("/api/schedules/")
+    response = Api(make_user("reader", "view_job")).get("/api/schedules/")
     assert response.status_code == 200
     assert response.json() == []
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client, override_settings
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
@@ -28,7 +27,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from django_durable_jobs import chain, enqueue, enqueue_many, group
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.operations import cancel
-from tests.factories import RunningWorker, burst, wait_until, worker_config
+from tests.factories import PASSWORD, RunningWorker, burst, make_user, wait_until, worker_config
 from tests.spans import captured_spans, named, tracer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fast_backoff")]
@@ -240,8 +239,8 @@ def test_with_the_apis_tracer_alone_the_context_is_passed_on_without_spans(
 
 
 def test_rest_enqueue_under_the_request_span(spans: InMemorySpanExporter) -> None:
-    User.objects.create_user("staff", password="pw", is_staff=True)
-    auth = base64.b64encode(b"staff:pw").decode()
+    make_user("enqueuer", "add_job", "view_job")
+    auth = base64.b64encode(f"enqueuer:{PASSWORD}".encode()).decode()
     # What OpenTelemetry's Django instrumentation does: the request's span
     # is current while the view runs (here, around the test client's call).
     with tracer().start_as_current_span("POST /api/jobs") as request:
