@@ -18,8 +18,9 @@ from django.test import Client
 
 from django_durable_jobs.models import Job, JobStatus, QueueState
 from django_durable_jobs.pausing import pause_queue, paused_queues
+from tests.factories import make_operator
 
-from .test_api import Api, assert_error, basic, job_body, make, make_user
+from .test_api import Api, assert_error, basic, job_body, make
 
 pytestmark = pytest.mark.django_db
 
@@ -73,7 +74,7 @@ def raw_post(path: str, content_type: str | None, body: str, **extra: Any) -> An
 def test_a_form_post_with_valid_basic_credentials_is_a_415_and_changes_nothing(
     call: str, form: str
 ) -> None:
-    staff = make_user("staff", staff=True)
+    staff = make_operator("staff")
     path = calls()[call]
     before = state()
     content_type, body = FORMS[form]
@@ -85,7 +86,7 @@ def test_a_form_post_with_valid_basic_credentials_is_a_415_and_changes_nothing(
 
 @pytest.mark.parametrize("call", CALLS)
 def test_a_post_without_content_type_is_a_415_and_changes_nothing(call: str) -> None:
-    staff = make_user("staff", staff=True)
+    staff = make_operator("staff")
     path = calls()[call]
     before = state()
     for body in ("", "{}"):
@@ -96,7 +97,7 @@ def test_a_post_without_content_type_is_a_415_and_changes_nothing(call: str) -> 
 @pytest.mark.parametrize("call", ["requeue", "cancel", "pause", "resume"])
 @pytest.mark.parametrize("body", ["{}", ""], ids=["empty-object", "empty-body"])
 def test_json_with_nothing_to_say_is_accepted(call: str, body: str) -> None:
-    staff = make_user("staff", staff=True)
+    staff = make_operator("staff")
     response = raw_post(calls()[call], "application/json; charset=utf-8", body, **basic(staff))
     assert response.status_code == 200, response.content
 
@@ -120,7 +121,7 @@ def test_a_call_without_options_refuses_a_body_that_is_not_an_empty_object(
 ) -> None:
     """A key is refused, not ignored: a client asking for an option this server
     lacks (a later version's ``from_step``) learns so instead of a plain requeue."""
-    staff = Api(make_user("staff", staff=True))
+    staff = Api(make_operator("staff"))
     path = calls()[call]
     before = state()
     response = staff.post(path, json.dumps(body).encode())
@@ -133,7 +134,7 @@ def test_a_call_without_options_refuses_a_body_that_is_not_an_empty_object(
 
 
 def test_a_body_that_is_not_json_is_a_400_and_changes_nothing() -> None:
-    staff = Api(make_user("staff", staff=True))
+    staff = Api(make_operator("staff"))
     path = calls()["requeue"]
     before = state()
     assert_error(staff.post(path, b"{not json"), 400, "parse_error")
@@ -141,7 +142,7 @@ def test_a_body_that_is_not_json_is_a_400_and_changes_nothing() -> None:
 
 
 def test_a_method_the_route_does_not_take_stays_a_405_whatever_its_content_type() -> None:
-    staff = make_user("staff", staff=True)
+    staff = make_operator("staff")
     job = make()
     response = Client().put(
         f"/api/jobs/{job.pk}/cancel", "a=1", "application/x-www-form-urlencoded", **basic(staff)
@@ -150,18 +151,18 @@ def test_a_method_the_route_does_not_take_stays_a_405_whatever_its_content_type(
 
 
 def test_reads_need_no_content_type() -> None:
-    staff = Api(make_user("staff", staff=True))
+    staff = Api(make_operator("staff"))
     make()
     assert staff.get("/api/jobs", CONTENT_TYPE="text/plain").status_code == 200
 
 
 def test_pause_still_reads_its_options() -> None:
-    staff = Api(make_user("staff", staff=True))
+    staff = Api(make_operator("staff"))
     response = staff.post("/api/queues/emails/pause", {"until": None})
     assert response.status_code == 200 and response.json()["paused"] is True
     assert QueueState.objects.filter(name="emails").exists()
 
 
 def test_enqueue_with_a_json_body_still_works() -> None:
-    staff = Api(make_user("staff", staff=True))
+    staff = Api(make_operator("staff"))
     assert staff.post("/api/jobs", job_body("json-ok")).status_code == 201

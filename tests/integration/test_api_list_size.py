@@ -19,18 +19,13 @@ from django_durable_jobs import enqueue_many
 from django_durable_jobs.models import Job, JobStatus
 from tests.factories import make_job
 
-from .test_api import Api, assert_error, make_user
+from .test_api import Api, assert_error
 
 pytestmark = pytest.mark.django_db
 
 MIB = 1_048_576
 TYPE = "example.echo"
 BUDGET = 3 * MIB + MIB // 2
-
-
-@pytest.fixture
-def staff() -> Api:
-    return Api(make_user("staff", staff=True))
 
 
 def _big_jobs(count: int) -> list[str]:

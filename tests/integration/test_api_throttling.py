@@ -22,8 +22,9 @@ from rest_framework.throttling import ScopedRateThrottle
 from django_durable_jobs.api import throttling
 from django_durable_jobs.conf import jobs_settings
 from django_durable_jobs.models import Job, JobStatus
+from tests.factories import make_operator
 
-from .test_api import PASSWORD, Api, assert_error, basic, job_body, make, make_user
+from .test_api import PASSWORD, Api, assert_error, basic, job_body, make
 
 pytestmark = pytest.mark.django_db
 
@@ -61,7 +62,7 @@ def wrong(username: str = "staff") -> dict[str, str]:
 
 def test_failed_authentications_are_throttled_by_default() -> None:
     assert jobs_settings.API_FAILED_AUTH_RATE == "10/m"
-    user = make_user("staff", staff=True)
+    user = make_operator("staff")
     client = Client()
     for _ in range(10):
         assert_error(client.get("/api/jobs", **wrong()), 401, "authentication_failed")
@@ -71,7 +72,7 @@ def test_failed_authentications_are_throttled_by_default() -> None:
 def test_after_n_failures_even_the_right_password_is_a_429_without_hashing(
     hasher: type[CountingHasher],
 ) -> None:
-    user = make_user("staff", staff=True)
+    user = make_operator("staff")
     job = make(JobStatus.DEAD)
     client = Client()
     with rate("3/m"):
@@ -90,7 +91,7 @@ def test_after_n_failures_even_the_right_password_is_a_429_without_hashing(
 
 
 def test_another_address_is_not_affected(hasher: type[CountingHasher]) -> None:
-    user = make_user("staff", staff=True)
+    user = make_operator("staff")
     client = Client()
     with rate("2/m"):
         for _ in range(2):
@@ -103,7 +104,7 @@ def test_another_address_is_not_affected(hasher: type[CountingHasher]) -> None:
 def test_the_next_window_lets_the_address_in_again(
     hasher: type[CountingHasher], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    user = make_user("staff", staff=True)
+    user = make_operator("staff")
     client = Client()
     now = throttling.clock()
     monkeypatch.setattr(throttling, "clock", lambda: now)
@@ -118,7 +119,7 @@ def test_the_next_window_lets_the_address_in_again(
 
 
 def test_wrong_tokens_count_as_failures_too() -> None:
-    user = make_user("robot", staff=True)
+    user = make_operator("robot")
     token = Token.objects.create(user=user)
     client = Client()
     with rate("2/m"):
@@ -130,7 +131,7 @@ def test_wrong_tokens_count_as_failures_too() -> None:
 
 
 def test_successes_and_anonymous_requests_do_not_count() -> None:
-    user = make_user("staff", staff=True)
+    user = make_operator("staff")
     client = Client()
     with rate("2/m"):
         for _ in range(5):
@@ -140,7 +141,7 @@ def test_successes_and_anonymous_requests_do_not_count() -> None:
 
 
 def test_none_turns_the_limit_off() -> None:
-    user = make_user("staff", staff=True)
+    user = make_operator("staff")
     client = Client()
     with rate(None):
         for _ in range(20):
@@ -150,7 +151,7 @@ def test_none_turns_the_limit_off() -> None:
 
 def test_behind_a_proxy_the_forwarded_address_is_counted() -> None:
     """With ``NUM_PROXIES`` set, the address is the proxy's X-Forwarded-For entry."""
-    user = make_user("staff", staff=True)
+    user = make_operator("staff")
     client = Client()
     rest = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
     guesser = {"HTTP_X_FORWARDED_FOR": "203.0.113.9"}
@@ -190,7 +191,7 @@ def scoped_rates(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
 
 def test_no_drf_throttle_by_default() -> None:
     assert jobs_settings.API_THROTTLE_CLASSES is None
-    staff = Api(make_user("staff", staff=True))
+    staff = Api(make_operator("staff"))
     for _ in range(30):
         assert staff.get("/api/jobs").status_code == 200
 
@@ -199,7 +200,7 @@ def test_a_scoped_rate_answers_429_with_retry_after_once_used_up(
     scoped_rates: dict[str, str],
 ) -> None:
     scoped_rates["durable_jobs"] = "2/min"
-    staff = Api(make_user("staff", staff=True))
+    staff = Api(make_operator("staff"))
     assert staff.get("/api/jobs").status_code == 200
     assert staff.get("/api/queues").status_code == 200
     response = staff.get("/api/jobs/stats")
@@ -212,7 +213,7 @@ def test_a_scoped_rate_answers_429_with_retry_after_once_used_up(
 
 def test_each_kind_of_call_has_its_own_scope(scoped_rates: dict[str, str]) -> None:
     scoped_rates.update({"durable_jobs_enqueue": "1/min", "durable_jobs_operate": "1/min"})
-    staff = Api(make_user("staff", staff=True))
+    staff = Api(make_operator("staff"))
     assert staff.post("/api/jobs", job_body("a")).status_code == 201
     assert_error(staff.post("/api/jobs", job_body("b")), 429, "throttled")
     assert staff.post("/api/queues/default/pause").status_code == 200

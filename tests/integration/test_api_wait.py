@@ -17,7 +17,7 @@ from django_durable_jobs import enqueue, operations
 from django_durable_jobs.api.long_poll import waiting_requests
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.waiting import listener as listening
-from tests.factories import complete_next, wait_until
+from tests.factories import complete_next, make_operator, make_user, wait_until
 
 from .test_api import Api, assert_error
 
@@ -138,7 +138,7 @@ def test_a_user_at_his_share_gets_a_503_while_another_user_is_served(staff: Api)
 
     body = assert_error(staff.get(f"/api/jobs/{second.pk}?wait=5"), 503, "too_many_waiting")
     assert body["limit"] == 1 and "API_MAX_WAITING_REQUESTS_PER_USER" in body["detail"]
-    other = Api(make_user("other", staff=True))
+    other = Api(make_user("other", "view_job"))
     served = other.get(f"/api/jobs/{second.pk}?wait=0.2")
     assert served.status_code == 200 and served.json()["status"] == JobStatus.PENDING
 
@@ -152,7 +152,7 @@ def test_a_user_at_his_share_gets_a_503_while_another_user_is_served(staff: Api)
 def test_a_client_that_hangs_up_frees_its_slot(live_server: Any) -> None:
     # A real server (runserver's WSGI server on a thread), and a client that
     # closes its connection in the middle of a 30-second wait.
-    make_user("staff", staff=True)
+    make_operator("staff")
     job = enqueue("example.echo", {"n": 1}).job
     host, port = live_server.thread.host, live_server.thread.port
     token = base64.b64encode(b"staff:pw").decode()
