@@ -1,10 +1,13 @@
 """The audit trail: who did what to which job or queue, when, through which door.
 
-``record`` is called by the operations themselves (``operations``,
-``pausing``, ``bulk``), inside the transaction of the change, whenever a
-door passes an ``Actor``: the admin, the REST API and ``manage.py jobs``
-always do. The worker never records (its claims and outcomes are the
-jobs' own history), so the trail costs the hot path nothing.
+``record`` is called by the operations themselves, inside the transaction
+of the change: ``operations`` (requeue, cancel, run now) and ``bulk`` when a
+door passes an ``Actor`` (the admin, the REST API and ``manage.py jobs``
+always do; the package's own bulk batches pass none, the run being
+recorded once as a whole); ``pausing`` always, a call from Python code
+without an actor being recorded as door ``python``, actor ``os:<login>``.
+The worker never records (its claims and outcomes are the jobs' own
+history), so the trail costs the hot path nothing.
 """
 
 from __future__ import annotations
