@@ -11,15 +11,16 @@ from django.test import Client
 from django_durable_jobs import bulk
 from django_durable_jobs.admin.jobs import JobAdmin
 from django_durable_jobs.models import Job, JobStatus
+from tests.factories import client_for, make_operator
 
-from .test_admin_bulk import DEAD_JOBS, JOBS, bulk_jobs, client_for, make_jobs, messages_of, staff
+from .test_admin_bulk import DEAD_JOBS, JOBS, bulk_jobs, make_jobs, messages_of
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def operator() -> Client:
-    return client_for(staff("view_job", "change_job"))
+    return client_for(make_operator())
 
 
 def select_all(client: Client, url: str, action: str, **extra: str) -> Any:
