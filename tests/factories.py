@@ -250,7 +250,9 @@ class Api:
         return self.client.get(path, **self.auth, **extra)
 
     def post(self, path: str, body: Any = None, **extra: Any) -> Any:
-        data = b"" if body is None else body if isinstance(body, bytes) else json.dumps(body)
+        # No body: {}, as every state-changing call takes a JSON body (415 without one;
+        # Django's test client sends no Content-Type with an empty body).
+        data = body if isinstance(body, bytes) else json.dumps({} if body is None else body)
         extra.setdefault("content_type", "application/json")
         return self.client.post(path, data=data, **self.auth, **extra)
 

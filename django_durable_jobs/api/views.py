@@ -39,7 +39,7 @@ from .errors import IdempotencyConflictError, exception_handler
 from .guards import EmptyBodySerializer, RequestGuardsMixin
 from .pagination import AuditCursorPagination, JobCursorPagination
 from .permissions import permission_classes
-from .schema import KEY_SCHEMA, QUEUE_SCHEMA, TYPE_SCHEMA, JobsAutoSchema
+from .schema import INCLUDABLE_FIELDS, KEY_SCHEMA, QUEUE_SCHEMA, TYPE_SCHEMA, JobsAutoSchema
 from .stats import health_stats, job_stats, queue_overview
 
 if TYPE_CHECKING:
@@ -74,17 +74,17 @@ def _included(request: Request) -> tuple[str, ...]:
     names: set[str] = set()
     for value in request.query_params.getlist("include"):
         names.update(name.strip() for name in value.split(",") if name.strip())
-    unknown = sorted(names - set(s.INCLUDABLE_FIELDS))
+    unknown = sorted(names - set(INCLUDABLE_FIELDS))
     if unknown:
         raise ValidationError(
             {
                 "include": [
                     f"unknown field {', '.join(map(repr, unknown))}: "
-                    f"may name {', '.join(s.INCLUDABLE_FIELDS)}."
+                    f"may name {', '.join(INCLUDABLE_FIELDS)}."
                 ]
             }
         )
-    return tuple(name for name in s.INCLUDABLE_FIELDS if name in names)
+    return tuple(name for name in INCLUDABLE_FIELDS if name in names)
 
 
 class JSONErrorsMixin:
@@ -221,12 +221,12 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
             OpenApiParameter("queue", QUEUE_SCHEMA, description="Only this queue."),
             OpenApiParameter(
                 "include",
-                {"type": "array", "items": {"type": "string", "enum": list(s.INCLUDABLE_FIELDS)}},
+                {"type": "array", "items": {"type": "string", "enum": list(INCLUDABLE_FIELDS)}},
                 style="form",
                 explode=False,
                 description=(
                     "Fields the rows leave out unless named here, comma-separated: "
-                    f"{', '.join(s.INCLUDABLE_FIELDS)}. With any of them, a page also ends "
+                    f"{', '.join(INCLUDABLE_FIELDS)}. With any of them, a page also ends "
                     "before the row that would take its rows over API_MAX_PAGE_BYTES "
                     "(one row at least): it may hold fewer than page_size rows while "
                     "`next` is not null."
@@ -247,7 +247,7 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
     def list(self, request: Request) -> Response:
         include = _included(request)
         # Never read from the database what the rows will not carry.
-        jobs = self.filter_queryset(self.get_queryset()).defer(*s.INCLUDABLE_FIELDS)
+        jobs = self.filter_queryset(self.get_queryset()).defer(*INCLUDABLE_FIELDS)
         context = {**self.get_serializer_context(), "include": include}
 
         def serialize(page: list[Job]) -> list[dict[str, Any]]:
