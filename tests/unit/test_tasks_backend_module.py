@@ -17,7 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 import django_durable_jobs.backends as backends
 from django_durable_jobs import InvalidJob
 from django_durable_jobs.backends import current_task_options, task_options
-from django_durable_jobs.tasks_bridge import task_handler
+from django_durable_jobs.tasks.bridge import task_handler
 
 TASK_PAYLOAD = {"args": [1, 2], "kwargs": {}, "backend": "default"}
 needs_django_6 = pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks needs Django 6")
@@ -75,7 +75,7 @@ def test_task_options_reject_bad_values(kwargs: dict[str, Any]) -> None:
 @needs_django_6
 @pytest.mark.parametrize("value", [1, 1.5, "x", None, True, [1, [2]], {"a": {"b": [None, False]}}])
 def test_json_values_round_trip(value: Any) -> None:
-    from django_durable_jobs.tasks_results import check_round_trip
+    from django_durable_jobs.tasks.results import check_round_trip
 
     check_round_trip("value", value)
 
@@ -93,7 +93,7 @@ def test_json_values_round_trip(value: Any) -> None:
     ],
 )
 def test_values_that_change_in_json_are_rejected(value: Any, reason: str) -> None:
-    from django_durable_jobs.tasks_results import NotRoundTrippable, check_round_trip
+    from django_durable_jobs.tasks.results import NotRoundTrippable, check_round_trip
 
     with pytest.raises(NotRoundTrippable, match=reason.replace("[", r"\[").replace("(", r"\(")):
         check_round_trip("value", value)
@@ -101,7 +101,7 @@ def test_values_that_change_in_json_are_rejected(value: Any, reason: str) -> Non
 
 @needs_django_6
 def test_task_payload_shape() -> None:
-    from django_durable_jobs.tasks_results import is_task_payload
+    from django_durable_jobs.tasks.results import is_task_payload
 
     assert is_task_payload(TASK_PAYLOAD)
     assert not is_task_payload({**TASK_PAYLOAD, "extra": 1})

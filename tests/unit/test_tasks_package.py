@@ -1,14 +1,12 @@
 """The Django Tasks integration as a package apart (no database).
 
 It lives in ``django_durable_jobs.tasks`` and meets the core only through
-``django_durable_jobs.hooks``, registered in ``AppConfig.ready()``; the old
-flat module paths stay as re-exports of the same objects.
+``django_durable_jobs.hooks``, registered in ``AppConfig.ready()``.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
 from pathlib import Path
 
 import django
@@ -23,42 +21,9 @@ needs_django_5 = pytest.mark.skipif(django.VERSION >= (6, 0), reason="Django < 6
 
 PACKAGE = Path(django_durable_jobs.__file__).parent
 
-#: Old path -> new path, for the modules that import on every Django.
-PORTABLE = {
-    "django_durable_jobs.tasks_bridge": "django_durable_jobs.tasks.bridge",
-    "django_durable_jobs.tasks_options": "django_durable_jobs.tasks.options",
-}
-#: The same, for the modules that need django.tasks.
-DJANGO_6_ONLY = {
-    "django_durable_jobs.tasks_backend": "django_durable_jobs.tasks.backend",
-    "django_durable_jobs.tasks_results": "django_durable_jobs.tasks.results",
-}
-
-#: Files allowed to import the integration: the package itself, the old
-#: paths, the public ``backends`` path and ``apps.py``, which registers it.
-ALLOWED = {"backends.py", "apps.py", *(f"{old.rsplit('.', 1)[1]}.py" for old in PORTABLE)}
-ALLOWED |= {f"{old.rsplit('.', 1)[1]}.py" for old in DJANGO_6_ONLY}
-
-
-#: Core files that still import the old bridge path until the worker calls
-#: ``hooks.resolve_handler`` / ``hooks.jobs_finished`` (issue 11); the test
-#: fails once one of them no longer does, so that this set only shrinks.
-def _same_names(old_path: str, new_path: str) -> None:
-    old, new = importlib.import_module(old_path), importlib.import_module(new_path)
-    assert old.__all__, old_path
-    for name in old.__all__:
-        assert getattr(old, name) is getattr(new, name), f"{old_path}.{name}"
-
-
-@pytest.mark.parametrize(("old_path", "new_path"), PORTABLE.items())
-def test_old_paths_are_the_new_objects(old_path: str, new_path: str) -> None:
-    _same_names(old_path, new_path)
-
-
-@needs_django_6
-@pytest.mark.parametrize(("old_path", "new_path"), DJANGO_6_ONLY.items())
-def test_old_paths_of_django_6_modules_are_the_new_objects(old_path: str, new_path: str) -> None:
-    _same_names(old_path, new_path)
+#: Files outside the package allowed to import the integration: the
+#: public ``backends`` path and ``apps.py``, which registers it.
+ALLOWED = {"backends.py", "apps.py"}
 
 
 def test_the_public_backends_path_re_exports_the_options() -> None:
@@ -111,7 +76,6 @@ def _imported_modules(path: Path) -> set[str]:
 
 def _imports_the_integration(path: Path) -> bool:
     integration = ("django_durable_jobs.tasks", "django_durable_jobs.backends")
-    integration += tuple(PORTABLE) + tuple(DJANGO_6_ONLY)
     return any(
         module == name or module.startswith(f"{name}.")
         for module in _imported_modules(path)
