@@ -21,25 +21,19 @@ needs_django_5 = pytest.mark.skipif(django.VERSION >= (6, 0), reason="Django < 6
 
 PACKAGE = Path(django_durable_jobs.__file__).parent
 
-#: Files outside the package allowed to import the integration: the
-#: public ``backends`` path and ``apps.py``, which registers it.
-ALLOWED = {"backends.py", "apps.py"}
+#: The one file outside the package allowed to import it: ``apps.py``, which
+#: registers it.
+ALLOWED = {"apps.py"}
 
 
-def test_the_public_backends_path_re_exports_the_options() -> None:
-    from django_durable_jobs import backends
-    from django_durable_jobs.tasks import options
+def test_the_package_re_exports_what_users_call() -> None:
+    from django_durable_jobs import tasks
+    from django_durable_jobs.tasks import options, waiting
 
     for name in ("TaskOptions", "current_task_options", "task_options"):
-        assert getattr(backends, name) is getattr(options, name)
-
-
-@needs_django_6
-def test_the_public_backends_path_is_the_backend_class() -> None:
-    from django_durable_jobs import backends
-    from django_durable_jobs.tasks.backend import DurableJobsBackend
-
-    assert backends.DurableJobsBackend is DurableJobsBackend
+        assert getattr(tasks, name) is getattr(options, name)
+    for name in ("await_result", "wait_result"):
+        assert getattr(tasks, name) is getattr(waiting, name)
 
 
 @needs_django_6
@@ -75,11 +69,9 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def _imports_the_integration(path: Path) -> bool:
-    integration = ("django_durable_jobs.tasks", "django_durable_jobs.backends")
     return any(
-        module == name or module.startswith(f"{name}.")
+        module == "django_durable_jobs.tasks" or module.startswith("django_durable_jobs.tasks.")
         for module in _imported_modules(path)
-        for name in integration
     )
 
 
@@ -116,7 +108,7 @@ def test_tasks_available_is_defined_once() -> None:
 def test_waiting_for_a_task_result_says_it_needs_django_6() -> None:
     from django.core.exceptions import ImproperlyConfigured
 
-    from django_durable_jobs.backends import wait_result
+    from django_durable_jobs.tasks import wait_result
 
     with pytest.raises(ImproperlyConfigured, match=r"Django >= 6\.0"):
         wait_result(object())  # type: ignore[arg-type]
