@@ -39,7 +39,7 @@ INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]  # noqa: F405
 if django.VERSION >= (6, 0):
     TASKS = {
         "default": {
-            "BACKEND": "django_durable_jobs.backends.DurableJobsBackend",
+            "BACKEND": "django_durable_jobs.tasks.backend.DurableJobsBackend",
             "QUEUES": ["default", "other"],
             "OPTIONS": {"max_attempts": 3},
         },

@@ -206,7 +206,7 @@ def _json_type(value: Any) -> str:
 
 # The type argument is the instance a serializer reads (DRF's stubs make it
 # generic; at run time Serializer[...] is Serializer). The request body has
-# none; the responses are dicts (stats.py, schedule_overview.py).
+# none; the responses are dicts (stats.py, schedules/overview.py).
 class EnqueueSerializer(serializers.Serializer[None]):
     """The body of ``POST /api/jobs``.
 

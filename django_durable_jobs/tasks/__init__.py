@@ -8,8 +8,8 @@ resolver, its ``announce_finished`` as a finished listener, its
 modules:
 
 - ``backend``: ``DurableJobsBackend``, the ``BaseTaskBackend`` that
-  enqueues a ``@task`` as a job (users name it by its public path,
-  ``django_durable_jobs.backends.DurableJobsBackend``);
+  enqueues a ``@task`` as a job (settings name it
+  ``django_durable_jobs.tasks.backend.DurableJobsBackend``);
 - ``bridge``: the worker's side, running such a job as its task,
   sending ``task_finished`` for endings the task's function never sees and
   telling the worker the tasks' per-key limits;
@@ -18,12 +18,19 @@ modules:
 - ``options``: ``task_options()``, the per-call extras (idempotency key,
   retry budget, time limit, concurrency key) Django's ``enqueue()`` has no
   argument for;
-- ``results``: a job row as a Django ``TaskResult``.
+- ``results``: a job row as a Django ``TaskResult``;
+- ``waiting``: ``wait_result()`` and ``await_result()``, which wait for a
+  task's result.
+
+What users call is re-exported here: ``from django_durable_jobs.tasks
+import task_options, wait_result, await_result``.
 
 ``django.tasks`` arrived in Django 6.0. This package, ``bridge``,
-``limits`` and ``options`` import on Django 5.2 too (``bridge`` then
-answers "no task" for every job, ``limits`` no limits); ``backend`` and
-``results`` need Django >= 6.0.
+``limits``, ``options`` and ``waiting`` import on Django 5.2 too
+(``bridge`` then answers "no task" for every job, ``limits`` no limits,
+``wait_result`` raises ``ImproperlyConfigured``); ``backend`` and
+``results`` need Django >= 6.0 (importing ``backend`` on 5.2 raises
+``ImproperlyConfigured`` saying so).
 """
 
 from __future__ import annotations
@@ -34,4 +41,15 @@ import django
 #: the integration decides it.
 TASKS_AVAILABLE = django.VERSION >= (6, 0)
 
-__all__ = ["TASKS_AVAILABLE"]
+# After TASKS_AVAILABLE, which ``waiting`` reads from this package.
+from .options import TaskOptions, current_task_options, task_options  # noqa: E402
+from .waiting import await_result, wait_result  # noqa: E402
+
+__all__ = [
+    "TASKS_AVAILABLE",
+    "TaskOptions",
+    "await_result",
+    "current_task_options",
+    "task_options",
+    "wait_result",
+]

@@ -3,9 +3,11 @@
 A ``@task`` enqueued here is a ``Job`` row like any other (same worker,
 admin, API and metrics), inserted by ``enqueueing.enqueue`` on the
 caller's connection, so it commits or rolls back with the caller's
-transaction. Needs Django >= 6.0: settings and users name it
-``django_durable_jobs.backends.DurableJobsBackend``, which says so on
-older versions.
+transaction. Settings name it
+``django_durable_jobs.tasks.backend.DurableJobsBackend``. Needs Django >=
+6.0: on older versions importing this module raises
+``ImproperlyConfigured`` saying so (not a bare ``ModuleNotFoundError``
+about ``django.tasks``).
 """
 
 from __future__ import annotations
@@ -15,10 +17,21 @@ from collections.abc import Iterable, Iterator, Mapping
 from functools import partial
 from typing import Any
 
+import django
+from django.core.exceptions import ImproperlyConfigured
+
+try:
+    from django.tasks import task_backends
+except ImportError as error:  # Django < 6.0: say what is needed, once, here.
+    raise ImproperlyConfigured(
+        "django_durable_jobs.tasks.backend.DurableJobsBackend needs Django >= 6.0 "
+        f"(django.tasks); this is Django {django.get_version()}. Enqueue with "
+        "django_durable_jobs.enqueue() instead, or upgrade Django."
+    ) from error
+
 from django.apps import apps
 from django.core import checks
 from django.db import transaction
-from django.tasks import task_backends
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskResult
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist

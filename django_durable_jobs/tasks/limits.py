@@ -8,7 +8,7 @@ limits go there, keyed by each task's module path, the ``type`` its jobs
 get::
 
     TASKS = {"default": {
-        "BACKEND": "django_durable_jobs.backends.DurableJobsBackend",
+        "BACKEND": "django_durable_jobs.tasks.backend.DurableJobsBackend",
         "OPTIONS": {"concurrency_limits": {"crm.tasks.sync_customer": 1}},
     }}
 

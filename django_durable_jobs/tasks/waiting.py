@@ -11,7 +11,7 @@ method that only this backend's results have. The async twin is named
 the way Django names its own (``get_result``/``aget_result``).
 
 No ``django.tasks`` import at module level, and ``waiting`` (which needs
-the models) only inside the functions: ``django_durable_jobs.backends``
+the models) only inside the functions: ``django_durable_jobs.tasks``
 re-exports these on Django 5.2 too, where no ``TaskResult`` can exist.
 """
 

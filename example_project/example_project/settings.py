@@ -195,7 +195,7 @@ if DIRECT_DATABASE_URL:
 if django.VERSION >= (6, 0):
     TASKS = {
         "default": {
-            "BACKEND": "django_durable_jobs.backends.DurableJobsBackend",
+            "BACKEND": "django_durable_jobs.tasks.backend.DurableJobsBackend",
             "QUEUES": ["default"],
             "OPTIONS": {"max_attempts": 3},
         }

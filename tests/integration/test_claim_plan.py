@@ -25,11 +25,11 @@ from django_durable_jobs.constants import (
     QUEUE_INDEX,
     STATUS_INDEX,
 )
+from django_durable_jobs.db.queries import QUERIES
 from django_durable_jobs.held_back import held_back
 from django_durable_jobs.models import QueueMinuteStats
 from django_durable_jobs.pausing import pause_queue
 from django_durable_jobs.queue_overview import queue_overview
-from django_durable_jobs.sql import QUERIES
 
 from .helpers import seq_scanned
 

@@ -1,10 +1,25 @@
+"""The migrations: the models' schema, all of it, and the way back.
+
+The chain is one ``0001_initial`` (squashed before the first release).
+What must hold whatever migrations come later: ``makemigrations`` finds
+nothing to do; every index and constraint the models declare exists in the
+database under its name (the SQL of ``db/`` names them); the pieces no model
+declares (the throttle's rate-window columns, the extended statistics)
+exist too; ``migrate durable_jobs zero`` removes every table and migrating
+forward again builds the same schema; and the claim reads its index.
+"""
+
 from __future__ import annotations
 
+import json
 from io import StringIO
+from typing import Any
 
 import pytest
+from django.apps import apps
 from django.core.management import call_command
 from django.db import connection
+from django.db.migrations.loader import MigrationLoader
 
 from django_durable_jobs.constants import (
     CLAIM_INDEX,
@@ -15,22 +30,91 @@ from django_durable_jobs.constants import (
     QUEUE_STATUS_STATISTICS,
     STATUS_INDEX,
 )
+from django_durable_jobs.models import Job
 
 pytestmark = pytest.mark.django_db
+
+APP = "durable_jobs"
+
+
+def _tables() -> list[str]:
+    models = apps.get_app_config(APP).get_models()
+    return sorted(m._meta.db_table for m in models if not m._meta.proxy)
+
+
+def _schema() -> dict[str, Any]:
+    """The app's tables as the catalog describes them: columns, indexes, constraints, statistics."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT table_name, column_name, data_type, is_nullable, column_default
+            FROM information_schema.columns
+            WHERE table_schema = current_schema() AND table_name LIKE 'durable\\_jobs\\_%%'
+            ORDER BY table_name, ordinal_position
+            """
+        )
+        columns = cursor.fetchall()
+        cursor.execute(
+            """
+            SELECT indexname, indexdef FROM pg_indexes
+            WHERE schemaname = current_schema() AND tablename LIKE 'durable\\_jobs\\_%%'
+            ORDER BY indexname
+            """
+        )
+        indexes = dict(cursor.fetchall())
+        cursor.execute(
+            """
+            SELECT c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint c
+            JOIN pg_class t ON t.oid = c.conrelid
+            WHERE t.relname LIKE 'durable\\_jobs\\_%%' ORDER BY c.conname
+            """
+        )
+        constraints = dict(cursor.fetchall())
+        cursor.execute(
+            "SELECT stxname, stxkind FROM pg_statistic_ext WHERE stxname LIKE 'durable\\_jobs\\_%%'"
+        )
+        statistics = dict(cursor.fetchall())
+    return {
+        "tables": sorted({row[0] for row in columns}),
+        "columns": columns,
+        "indexes": indexes,
+        "constraints": constraints,
+        "statistics": statistics,
+    }
 
 
 def test_no_missing_migrations() -> None:
     out = StringIO()
-    call_command("makemigrations", "durable_jobs", "--check", "--dry-run", stdout=out)
+    call_command("makemigrations", APP, "--check", "--dry-run", stdout=out)
     assert "No changes detected" in out.getvalue()
 
 
+def test_the_chain_starts_with_one_initial_migration() -> None:
+    graph = MigrationLoader(None, ignore_no_migrations=True).graph
+    roots = [node for node in graph.root_nodes() if node[0] == APP]
+    assert roots == [(APP, "0001_initial")]
+    # Built in the migration's transaction: the table it creates is empty,
+    # so nothing waits for CREATE INDEX (later migrations on a big table
+    # use AddIndexConcurrently and atomic = False).
+    assert graph.nodes[(APP, "0001_initial")].atomic
+
+
+def test_every_declared_index_and_constraint_exists_by_name() -> None:
+    schema = _schema()
+    assert schema["tables"] == _tables()
+    for model in apps.get_app_config(APP).get_models():
+        if model._meta.proxy:
+            continue
+        for index in model._meta.indexes:
+            assert index.name in schema["indexes"], (model.__name__, index.name)
+        for constraint in model._meta.constraints:
+            # A partial unique constraint is a unique index in PostgreSQL's catalog.
+            found = constraint.name in schema["constraints"] or constraint.name in schema["indexes"]
+            assert found, (model.__name__, constraint.name)
+
+
 def test_indexes_exist_with_their_definitions() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'durable_jobs_job'"
-        )
-        indexes = dict(cursor.fetchall())
+    indexes = _schema()["indexes"]
     assert "priority DESC, available_at, created_at" in indexes[CLAIM_INDEX]
     assert "WHERE ((status)::text = 'pending'::text)" in indexes[CLAIM_INDEX]
     assert "WHERE ((status)::text = 'running'::text)" in indexes[LEASE_INDEX]
@@ -45,19 +129,68 @@ def test_indexes_exist_with_their_definitions() -> None:
     )
 
 
-def test_the_queue_status_statistics_exist() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT stxkind FROM pg_statistic_ext WHERE stxname = %s", [QUEUE_STATUS_STATISTICS]
-        )
-        assert cursor.fetchall() == [(["m"],)]
+def test_what_no_model_declares_exists_too() -> None:
+    schema = _schema()
+    assert schema["statistics"] == {QUEUE_STATUS_STATISTICS: ["m"]}
+    throttle = {row[1]: row for row in schema["columns"] if row[0] == "durable_jobs_throttle"}
+    assert throttle["starts"][2:] == ("ARRAY", "NO", "'{}'::timestamp with time zone[]")
+    assert throttle["counts"][2:] == ("ARRAY", "NO", "'{}'::integer[]")
+    # Database defaults, so that a worker of the previous release still inserts.
+    job = {row[1]: row[4] for row in schema["columns"] if row[0] == "durable_jobs_job"}
+    assert job["on_parent_failure"] == "'cancel'::character varying"
+    assert job["waiting_on"] == job["parent_count"] == job["dependent_count"] == "0"
+
+
+def test_the_job_permissions_are_declared_for_every_door() -> None:
+    codenames = {codename for codename, _ in Job._meta.permissions}
+    assert codenames == {"requeue_job", "cancel_job", "run_job_now", "pause_queue", "emit_event"}
+
+
+def test_migrating_to_zero_and_back_rebuilds_the_same_schema() -> None:
+    before = _schema()
+    try:
+        call_command("migrate", APP, "zero", verbosity=0)
+        assert _schema()["tables"] == []
+    finally:
+        call_command("migrate", APP, verbosity=0)
+    assert _schema() == before
 
 
 def test_the_database_rejects_invalid_rows() -> None:
     from django.db import IntegrityError, transaction
 
-    from django_durable_jobs.models import Job
-
     for bad in ({"status": "lost"}, {"max_attempts": 0}, {"idempotency_key": ""}, {"type": ""}):
         with pytest.raises(IntegrityError), transaction.atomic():
             Job.objects.create(**{"type": "t", **bad})
+
+
+def test_the_claim_order_reads_the_claim_index() -> None:
+    # The claim's own SQL is checked on a big table in test_claim_plan.py;
+    # here, the same filter and order on the migrated table: no sort, no
+    # sequential scan, however many finished jobs it holds.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO durable_jobs_job (
+                id, type, queue, payload, status, priority, attempts, max_attempts,
+                available_at, created_at, updated_at, last_error, errors
+            )
+            SELECT gen_random_uuid(), 'tests.plan', 'default', '{}',
+                   CASE WHEN i % 20 = 0 THEN 'pending' ELSE 'completed' END,
+                   i % 5, 0, 5, now() - interval '1 minute', now(), now(), '', '[]'
+            FROM generate_series(1, 20000) AS i
+            """
+        )
+        cursor.execute("ANALYZE durable_jobs_job")
+        cursor.execute(
+            """
+            EXPLAIN (FORMAT JSON) SELECT id FROM durable_jobs_job
+            WHERE status = 'pending' AND available_at <= now()
+            ORDER BY priority DESC, available_at, created_at LIMIT 10
+            FOR UPDATE SKIP LOCKED
+            """
+        )
+        plan = json.dumps(cursor.fetchone()[0])
+    assert CLAIM_INDEX in plan, plan
+    assert '"Seq Scan"' not in plan, plan
+    assert '"Sort"' not in plan, plan

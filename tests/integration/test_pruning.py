@@ -16,8 +16,8 @@ from django_durable_jobs import db, pruning
 from django_durable_jobs.backoff import RetryPolicy
 from django_durable_jobs.checks import check_settings
 from django_durable_jobs.constants import FINISHED_INDEX
+from django_durable_jobs.db.queries import QUERIES
 from django_durable_jobs.models import Job, JobStatus
-from django_durable_jobs.sql import QUERIES
 from django_durable_jobs.worker import maintenance as maintenance_module
 from django_durable_jobs.worker.maintenance import PRUNER_LOCK_KEY, Maintenance
 from tests.factories import make_job, wait_until

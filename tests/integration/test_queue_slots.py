@@ -13,9 +13,9 @@ from django.db.models import Count
 from django_durable_jobs import db as gateway
 from django_durable_jobs import enqueue_many
 from django_durable_jobs.constants import CLAIM_QUEUE_INDEX, QUEUE_INDEX
+from django_durable_jobs.db.queries import QUERIES
 from django_durable_jobs.db.records import ClaimedJob
 from django_durable_jobs.models import Job, JobStatus
-from django_durable_jobs.sql import QUERIES
 from django_durable_jobs.worker import Worker, WorkerConfig
 from django_durable_jobs.worker.pool import Slots
 from tests.factories import RunningWorker, wait_until, worker_config

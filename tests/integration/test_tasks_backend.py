@@ -26,9 +26,10 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_durable_jobs import IdempotencyConflict, InvalidJob, enqueue
-from django_durable_jobs.backends import DurableJobsBackend, task_options
 from django_durable_jobs.constants import QUEUE_MAX_LENGTH
 from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.tasks import task_options
+from django_durable_jobs.tasks.backend import DurableJobsBackend
 from django_durable_jobs.worker import Worker
 from django_durable_jobs.worker.event_loop import THREAD_NAME
 from tests.factories import burst as burst_worker
@@ -40,7 +41,7 @@ from .helpers import run_in_threads
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
-DURABLE = "django_durable_jobs.backends.DurableJobsBackend"
+DURABLE = "django_durable_jobs.tasks.backend.DurableJobsBackend"
 
 
 @pytest.fixture(autouse=True)

@@ -21,8 +21,8 @@ from django.tasks.checks import check_tasks
 from django.test import override_settings
 
 from django_durable_jobs import IdempotencyConflict, InvalidJob, db, hooks
-from django_durable_jobs.backends import task_options
 from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.tasks import task_options
 from django_durable_jobs.tasks.bridge import task_concurrency_limits
 from tests.testapp import tasks
 
@@ -31,7 +31,7 @@ from .test_queue_limits import most_running_at_once
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
-DURABLE = "django_durable_jobs.backends.DurableJobsBackend"
+DURABLE = "django_durable_jobs.tasks.backend.DurableJobsBackend"
 NAP = "tests.testapp.tasks.nap"
 
 

@@ -18,8 +18,8 @@ from django.db import connections
 from django.tasks import TaskResultStatus, task_backends
 from django.tasks.exceptions import TaskResultDoesNotExist
 
-from django_durable_jobs.backends import await_result, wait_result
 from django_durable_jobs.models import Job
+from django_durable_jobs.tasks import await_result, wait_result
 from tests.factories import RunningWorker, worker_config
 from tests.testapp import tasks
 

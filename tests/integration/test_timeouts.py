@@ -12,10 +12,10 @@ from django.db.models.functions import Now
 from django.test import override_settings
 
 from django_durable_jobs import IdempotencyConflict, InvalidJob, enqueue, enqueue_many
+from django_durable_jobs.db.records import ClaimedJob
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker import WorkerConfig
 from django_durable_jobs.worker.attempts import AttemptTable
-from django_durable_jobs.worker.claimed import ClaimedJob
 from django_durable_jobs.worker.executor import RetryPolicy, timed_out
 from django_durable_jobs.worker.loop import EXIT_OK, EXIT_RECYCLE
 from django_durable_jobs.worker.maintenance import Maintenance

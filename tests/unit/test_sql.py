@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import django_durable_jobs
-from django_durable_jobs.sql import QUERIES, parse_queries
+from django_durable_jobs.db.queries import QUERIES, parse_queries
 
 
 def test_parse_queries_splits_on_headers_and_drops_comments() -> None:

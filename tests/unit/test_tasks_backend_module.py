@@ -1,7 +1,7 @@
-"""``django_durable_jobs.backends`` on every supported Django (no database).
+"""``django_durable_jobs.tasks.backend`` on every supported Django (no database).
 
-On Django 5.2 the module imports and says Django >= 6.0 is needed; on
-Django 6 it is a real Tasks backend. Pure helpers of the mapping are
+On Django 5.2 importing it says Django >= 6.0 is needed; on Django 6 it
+is a real Tasks backend. Pure helpers of the mapping are
 tested here too.
 """
 
@@ -14,10 +14,9 @@ import django
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-import django_durable_jobs.backends as backends
 from django_durable_jobs import InvalidJob
-from django_durable_jobs.backends import current_task_options, task_options
-from django_durable_jobs.tasks_bridge import task_handler
+from django_durable_jobs.tasks import current_task_options, task_options
+from django_durable_jobs.tasks.bridge import task_handler
 
 TASK_PAYLOAD = {"args": [1, 2], "kwargs": {}, "backend": "default"}
 needs_django_6 = pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks needs Django 6")
@@ -27,7 +26,7 @@ needs_django_5 = pytest.mark.skipif(django.VERSION >= (6, 0), reason="Django < 6
 @needs_django_5
 def test_on_django_5_the_backend_says_it_needs_django_6() -> None:
     with pytest.raises(ImproperlyConfigured, match=r"needs Django >= 6\.0"):
-        backends.DurableJobsBackend  # noqa: B018
+        importlib.import_module("django_durable_jobs.tasks.backend")
     # The worker's hook answers "no task" instead of importing django.tasks.
     assert task_handler("example.tasks.add", TASK_PAYLOAD) is None
 
@@ -42,15 +41,11 @@ def test_on_django_5_the_example_tasks_module_explains_itself() -> None:
 def test_on_django_6_it_is_a_tasks_backend() -> None:
     from django.tasks.backends.base import BaseTaskBackend
 
-    backend_class = backends.DurableJobsBackend
+    from django_durable_jobs.tasks.backend import DurableJobsBackend as backend_class
+
     assert issubclass(backend_class, BaseTaskBackend)
     flags = ("supports_defer", "supports_priority", "supports_get_result", "supports_async_task")
     assert all(getattr(backend_class, flag) for flag in flags)
-
-
-def test_other_names_are_attribute_errors() -> None:
-    with pytest.raises(AttributeError):
-        backends.NoSuchThing  # noqa: B018
 
 
 def test_task_options_nest_and_reset() -> None:
@@ -75,7 +70,7 @@ def test_task_options_reject_bad_values(kwargs: dict[str, Any]) -> None:
 @needs_django_6
 @pytest.mark.parametrize("value", [1, 1.5, "x", None, True, [1, [2]], {"a": {"b": [None, False]}}])
 def test_json_values_round_trip(value: Any) -> None:
-    from django_durable_jobs.tasks_results import check_round_trip
+    from django_durable_jobs.tasks.results import check_round_trip
 
     check_round_trip("value", value)
 
@@ -93,7 +88,7 @@ def test_json_values_round_trip(value: Any) -> None:
     ],
 )
 def test_values_that_change_in_json_are_rejected(value: Any, reason: str) -> None:
-    from django_durable_jobs.tasks_results import NotRoundTrippable, check_round_trip
+    from django_durable_jobs.tasks.results import NotRoundTrippable, check_round_trip
 
     with pytest.raises(NotRoundTrippable, match=reason.replace("[", r"\[").replace("(", r"\(")):
         check_round_trip("value", value)
@@ -101,7 +96,7 @@ def test_values_that_change_in_json_are_rejected(value: Any, reason: str) -> Non
 
 @needs_django_6
 def test_task_payload_shape() -> None:
-    from django_durable_jobs.tasks_results import is_task_payload
+    from django_durable_jobs.tasks.results import is_task_payload
 
     assert is_task_payload(TASK_PAYLOAD)
     assert not is_task_payload({**TASK_PAYLOAD, "extra": 1})

@@ -1,14 +1,12 @@
 """The Django Tasks integration as a package apart (no database).
 
 It lives in ``django_durable_jobs.tasks`` and meets the core only through
-``django_durable_jobs.hooks``, registered in ``AppConfig.ready()``; the old
-flat module paths stay as re-exports of the same objects.
+``django_durable_jobs.hooks``, registered in ``AppConfig.ready()``.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
 from pathlib import Path
 
 import django
@@ -23,58 +21,19 @@ needs_django_5 = pytest.mark.skipif(django.VERSION >= (6, 0), reason="Django < 6
 
 PACKAGE = Path(django_durable_jobs.__file__).parent
 
-#: Old path -> new path, for the modules that import on every Django.
-PORTABLE = {
-    "django_durable_jobs.tasks_bridge": "django_durable_jobs.tasks.bridge",
-    "django_durable_jobs.tasks_options": "django_durable_jobs.tasks.options",
-}
-#: The same, for the modules that need django.tasks.
-DJANGO_6_ONLY = {
-    "django_durable_jobs.tasks_backend": "django_durable_jobs.tasks.backend",
-    "django_durable_jobs.tasks_results": "django_durable_jobs.tasks.results",
-}
-
-#: Files allowed to import the integration: the package itself, the old
-#: paths, the public ``backends`` path and ``apps.py``, which registers it.
-ALLOWED = {"backends.py", "apps.py", *(f"{old.rsplit('.', 1)[1]}.py" for old in PORTABLE)}
-ALLOWED |= {f"{old.rsplit('.', 1)[1]}.py" for old in DJANGO_6_ONLY}
+#: The one file outside the package allowed to import it: ``apps.py``, which
+#: registers it.
+ALLOWED = {"apps.py"}
 
 
-#: Core files that still import the old bridge path until the worker calls
-#: ``hooks.resolve_handler`` / ``hooks.jobs_finished`` (issue 11); the test
-#: fails once one of them no longer does, so that this set only shrinks.
-def _same_names(old_path: str, new_path: str) -> None:
-    old, new = importlib.import_module(old_path), importlib.import_module(new_path)
-    assert old.__all__, old_path
-    for name in old.__all__:
-        assert getattr(old, name) is getattr(new, name), f"{old_path}.{name}"
-
-
-@pytest.mark.parametrize(("old_path", "new_path"), PORTABLE.items())
-def test_old_paths_are_the_new_objects(old_path: str, new_path: str) -> None:
-    _same_names(old_path, new_path)
-
-
-@needs_django_6
-@pytest.mark.parametrize(("old_path", "new_path"), DJANGO_6_ONLY.items())
-def test_old_paths_of_django_6_modules_are_the_new_objects(old_path: str, new_path: str) -> None:
-    _same_names(old_path, new_path)
-
-
-def test_the_public_backends_path_re_exports_the_options() -> None:
-    from django_durable_jobs import backends
-    from django_durable_jobs.tasks import options
+def test_the_package_re_exports_what_users_call() -> None:
+    from django_durable_jobs import tasks
+    from django_durable_jobs.tasks import options, waiting
 
     for name in ("TaskOptions", "current_task_options", "task_options"):
-        assert getattr(backends, name) is getattr(options, name)
-
-
-@needs_django_6
-def test_the_public_backends_path_is_the_backend_class() -> None:
-    from django_durable_jobs import backends
-    from django_durable_jobs.tasks.backend import DurableJobsBackend
-
-    assert backends.DurableJobsBackend is DurableJobsBackend
+        assert getattr(tasks, name) is getattr(options, name)
+    for name in ("await_result", "wait_result"):
+        assert getattr(tasks, name) is getattr(waiting, name)
 
 
 @needs_django_6
@@ -110,12 +69,9 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def _imports_the_integration(path: Path) -> bool:
-    integration = ("django_durable_jobs.tasks", "django_durable_jobs.backends")
-    integration += tuple(PORTABLE) + tuple(DJANGO_6_ONLY)
     return any(
-        module == name or module.startswith(f"{name}.")
+        module == "django_durable_jobs.tasks" or module.startswith("django_durable_jobs.tasks.")
         for module in _imported_modules(path)
-        for name in integration
     )
 
 
@@ -152,7 +108,7 @@ def test_tasks_available_is_defined_once() -> None:
 def test_waiting_for_a_task_result_says_it_needs_django_6() -> None:
     from django.core.exceptions import ImproperlyConfigured
 
-    from django_durable_jobs.backends import wait_result
+    from django_durable_jobs.tasks import wait_result
 
     with pytest.raises(ImproperlyConfigured, match=r"Django >= 6\.0"):
         wait_result(object())  # type: ignore[arg-type]
