@@ -120,11 +120,15 @@ def test_a_handler_exiting_leaves_nothing_in_flight_and_counts_no_attempt(queue:
 
 
 def test_shutdown_release_takes_the_job_out_of_flight(queue: str) -> None:
-    enqueue("tests.record", {"sleep": 1.0}, queue=queue)
+    # Long enough that the scrapes catch it running on a loaded machine (a scrape
+    # reads the database); the stop releases it at once (no grace period).
+    enqueue("tests.record", {"sleep": 5.0}, queue=queue)
     others = handler_threads()
     running = RunningWorker(config(burst=False, grace_period=0.0, queues=frozenset({queue})))
-    wait_until(lambda: value(scrape(), "durable_jobs_in_flight", queue=queue) == 1)
-    running.stop()
+    try:
+        wait_until(lambda: value(scrape(), "durable_jobs_in_flight", queue=queue) == 1)
+    finally:
+        running.stop()
     assert value(scrape(), "durable_jobs_in_flight", queue=queue) == 0
     # The handler returns after the release; once its thread has exited,
     # whatever it would count is counted: still nothing.
