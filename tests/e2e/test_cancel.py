@@ -4,8 +4,6 @@ worker killed while its cancelled job runs."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +14,7 @@ from django_durable_jobs.models import Job, JobStatus
 from tests.factories import client_for, make_operator
 from tests.testapp.models import Execution
 
-from .test_worker_processes import Workers, wait_for
+from .helpers import Workers, status, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -24,17 +22,8 @@ CANCELLED_PATH = "django_durable_jobs.exceptions.JobCancelled"
 
 
 @pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    running = Workers(tmp_path)
-    running.env["E2E_LOG_LEVEL"] = "INFO"
-    try:
-        yield running
-    finally:
-        running.close()
-
-
-def status(job: Job) -> str:
-    return Job.objects.values_list("status", flat=True).get(pk=job.pk)
+def worker_env() -> dict[str, str]:
+    return {"E2E_LOG_LEVEL": "INFO"}  # the cancel's log lines
 
 
 def staff_client() -> Client:

@@ -15,7 +15,7 @@ from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job, JobStatus
 from tests.factories import wait_until
 
-from .conftest import MANAGE, ROOT, test_database_url
+from .helpers import MANAGE, ROOT, test_database_url
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -27,12 +27,11 @@ from django_durable_jobs import db, enqueue
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker.outcomes import release
 from tests.factories import claim_directly
+from tests.ports import free_port
 from tests.testapp.models import Execution
 
-from .conftest import MANAGE, ROOT, test_database_url
+from .helpers import MANAGE, ROOT, Workers, get, sample, test_database_url, wait_for
 from .pgbouncer import PgBouncer
-from .test_worker_metrics import free_port, get, sample
-from .test_worker_processes import Workers, wait_for, workers  # noqa: F401  (fixture)
 
 pytestmark = [
     pytest.mark.e2e,
@@ -71,7 +70,7 @@ class Bounced:
 
 
 @pytest.fixture
-def bounced(pgbouncer: PgBouncer, workers: Workers) -> Iterator[Bounced]:  # noqa: F811
+def bounced(pgbouncer: PgBouncer, workers: Workers) -> Iterator[Bounced]:
     dbname = connection.settings_dict["NAME"]
     workers.env.update(
         DATABASE_URL=pgbouncer.url(dbname),
@@ -87,7 +86,7 @@ def bounced(pgbouncer: PgBouncer, workers: Workers) -> Iterator[Bounced]:  # noq
         pgbouncer.drop_connections(dbname)
 
 
-def stop(proc: subprocess.Popen[bytes], workers: Workers) -> None:  # noqa: F811
+def stop(proc: subprocess.Popen[bytes], workers: Workers) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0, workers.output()
 

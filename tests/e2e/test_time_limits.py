@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +12,7 @@ from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker.loop import EXIT_RECYCLE
 from tests.testapp.models import Execution
 
-from .test_worker_processes import Workers, wait_for
+from .helpers import Workers, status, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -22,17 +20,8 @@ TIMEOUT_PATH = "django_durable_jobs.exceptions.JobTimeout"
 
 
 @pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    running = Workers(tmp_path)
-    running.env["DJANGO_SETTINGS_MODULE"] = "tests.e2e.settings_time_limits"
-    try:
-        yield running
-    finally:
-        running.close()
-
-
-def status(job: Job) -> str:
-    return Job.objects.values_list("status", flat=True).get(pk=job.pk)
+def worker_env() -> dict[str, str]:
+    return {"DJANGO_SETTINGS_MODULE": "tests.e2e.settings_time_limits"}
 
 
 def test_a_python_spinner_back_within_the_grace_and_the_worker_keeps_serving(

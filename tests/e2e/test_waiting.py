@@ -10,7 +10,6 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from django_durable_jobs.waiting import listener as listening
 from tests.factories import PASSWORD, WAIT_SECONDS, make_user, wait_until
 from tests.testapp.models import Execution
 
-from .test_worker_processes import Workers
+from .helpers import Workers
 
 pytestmark = [
     pytest.mark.e2e,
@@ -35,18 +34,14 @@ NEVER = 3600.0
 
 
 @pytest.fixture
-def worker(tmp_path: Path) -> Iterator[Workers]:
-    running = Workers(tmp_path)
-    try:
-        proc = running.start("--poll-interval", "5")
-        # Up once it ran a first job; idle after it, far from its next poll.
-        enqueue("tests.record")
-        wait_until(Execution.objects.exists, 30, "the worker to start")
-        yield running
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(15) == 0
-    finally:
-        running.close()
+def worker(workers: Workers) -> Iterator[Workers]:
+    proc = workers.start("--poll-interval", "5")
+    # Up once it ran a first job; idle after it, far from its next poll.
+    enqueue("tests.record")
+    wait_until(Execution.objects.exists, 60, "the worker to start")
+    yield workers
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
 
 
 def wait_on_a_thread(job: Job) -> Job:

@@ -5,49 +5,21 @@ from __future__ import annotations
 import signal
 import socket
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 from django.test import Client
-from prometheus_client.parser import text_string_to_metric_families
 
 from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job, JobStatus, WorkerProcess
+from tests.ports import free_port
 
+from .helpers import Workers, get, sample, wait_for
 from .proxy import Proxy
-from .test_worker_processes import Workers, wait_for, workers  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError:
-        return 0, ""
-
-
-def sample(port: int, name: str, **labels: str) -> float:
-    status, text = get(port, "/metrics")
-    assert status == 200
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and s.labels == labels:
-                return float(s.value)
-    return 0.0
-
-
-def test_the_worker_serves_metrics_and_healthz(workers: Workers) -> None:  # noqa: F811
+def test_the_worker_serves_metrics_and_healthz(workers: Workers) -> None:
     port = free_port()
     proc = workers.start(
         "--metrics-port", str(port), "--metrics-host", "127.0.0.1",
@@ -84,7 +56,7 @@ def test_the_worker_serves_metrics_and_healthz(workers: Workers) -> None:  # noq
     assert not WorkerProcess.objects.exists()  # deregistered at a graceful stop
 
 
-def test_healthz_is_503_while_the_database_is_away(workers: Workers) -> None:  # noqa: F811
+def test_healthz_is_503_while_the_database_is_away(workers: Workers) -> None:
     from django.db import connection
 
     settings = connection.settings_dict
@@ -114,7 +86,7 @@ def test_healthz_is_503_while_the_database_is_away(workers: Workers) -> None:  #
     assert proc.wait(30) == 0, workers.output()
 
 
-def test_metrics_port_in_use_is_a_clear_error(workers: Workers) -> None:  # noqa: F811
+def test_metrics_port_in_use_is_a_clear_error(workers: Workers) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)

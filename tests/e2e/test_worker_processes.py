@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from django.db.models import Count, Q
@@ -16,61 +11,11 @@ from django.db.models.functions import Now
 
 from django_durable_jobs import enqueue, enqueue_many
 from django_durable_jobs.models import Job, JobStatus
-from tests.factories import wait_until
 from tests.testapp.models import Execution
 
-from .conftest import MANAGE, ROOT, test_database_url
+from .helpers import Workers, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-class Workers:
-    """Starts worker processes on the test database; kills leftovers at the end."""
-
-    def __init__(self, logs: Path) -> None:
-        self.logs = logs
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": test_database_url(),
-            "DJANGO_SETTINGS_MODULE": "tests.e2e_settings",
-            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "example_project")]),
-        }
-
-    def start(self, *args: str) -> subprocess.Popen[bytes]:
-        with open(self.logs / f"worker-{len(self.procs)}.log", "wb") as log:
-            # The child has its own copy of the descriptor.
-            proc = subprocess.Popen(
-                [sys.executable, str(MANAGE), "runjobworker", *args],
-                cwd=ROOT,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        self.procs.append(proc)
-        return proc
-
-    def output(self) -> str:
-        return "\n".join(p.read_text() for p in sorted(self.logs.glob("worker-*.log")))
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    running = Workers(tmp_path)
-    try:
-        yield running
-    finally:
-        running.close()
-
-
-def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
-    wait_until(condition, timeout, what, interval=0.05)
 
 
 def test_four_workers_drain_10000_jobs_each_exactly_once(workers: Workers) -> None:

@@ -470,7 +470,7 @@ print("ok")
 
 
 def test_without_opentelemetry_installed() -> None:
-    from tests.e2e.conftest import test_database_url
+    from tests.e2e.helpers import test_database_url
 
     result = subprocess.run(
         [sys.executable, "-c", NO_OPENTELEMETRY],
