@@ -16,9 +16,9 @@ from django_durable_jobs import enqueue, operations
 from django_durable_jobs.api.long_poll import waiting_requests
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.waiting import listener as listening
-from tests.factories import complete_next, make_operator, make_user, wait_until
+from tests.factories import Api, complete_next, make_operator, make_user, wait_until
 
-from .test_api import Api, assert_error
+from .helpers import assert_error
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -43,8 +43,7 @@ from tests.factories import (
 from tests.testapp.jobs import cancel_seen, gate
 from tests.testapp.models import Execution
 
-from .helpers import new_connection
-from .test_metrics import scrape, value
+from .helpers import new_connection, scrape, value
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -23,28 +23,11 @@ from tests.factories import (
     worker_config,
 )
 
-from .helpers import run_in_threads
+from .helpers import drain_with, run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SERIAL = {"tests.serial": 1}
-
-
-def drain_with(workers: int, count: int, **config: object) -> list[Job]:
-    running = [
-        RunningWorker(worker_config(burst=False, **{"concurrency": 4, **config}))
-        for _ in range(workers)
-    ]
-    try:
-        wait_until(
-            lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() >= count,
-            timeout=60,
-            what=f"{count} jobs to complete",
-        )
-    finally:
-        for worker in running:
-            worker.stop()
-    return list(Job.objects.all())
 
 
 def test_one_key_never_runs_two_jobs_at_once_over_three_workers_and_keys_run_side_by_side() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +21,7 @@ from django_durable_jobs.worker.loop import EXIT_OK, EXIT_RECYCLE
 from django_durable_jobs.worker.maintenance import Maintenance
 from django_durable_jobs.worker.outcomes import complete
 from tests.factories import (
+    FAST_BACKOFF,
     RunningWorker,
     claim_directly,
     finish,
@@ -34,13 +35,6 @@ from tests.testapp.models import Execution
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 TIMEOUT_PATH = "django_durable_jobs.exceptions.JobTimeout"
-FAST = {"BACKOFF_BASE_SECONDS": 0.01, "BACKOFF_MAX_SECONDS": 0.05}
-
-
-@pytest.fixture
-def fast_backoff() -> Iterator[None]:
-    with override_settings(DURABLE_JOBS=FAST):
-        yield
 
 
 def config(**overrides: object) -> WorkerConfig:
@@ -154,7 +148,7 @@ def test_a_spinner_back_within_the_grace_keeps_its_slot_then_serves_the_next_job
     # returns 3 s later, well within the 10 s grace, and takes the next job.
     spinner = enqueue("tests.spin", {"spin": 4}, max_attempts=1, priority=1).job
     after = enqueue("tests.record").job
-    with override_settings(DURABLE_JOBS={**FAST, "TIMEOUT_GRACE_SECONDS": 10.0}):
+    with override_settings(DURABLE_JOBS={**FAST_BACKOFF, "TIMEOUT_GRACE_SECONDS": 10.0}):
         running = Running(concurrency=1)
     try:
         wait_for(finished(spinner.pk), 30, "the spinner to go dead")
@@ -207,7 +201,7 @@ def test_a_thread_stuck_in_c_recycles_the_worker_after_its_other_jobs() -> None:
     name = f"stuck-{uuid.uuid4().hex}"
     stuck = enqueue("tests.gated", {"gate": name}, timeout=0.3, max_attempts=2, priority=5).job
     other = enqueue("tests.record", {"sleep": 2}, priority=4).job
-    with override_settings(DURABLE_JOBS={**FAST, "TIMEOUT_GRACE_SECONDS": 0.5}):
+    with override_settings(DURABLE_JOBS={**FAST_BACKOFF, "TIMEOUT_GRACE_SECONDS": 0.5}):
         running = Running(concurrency=2)
     try:
         running.thread.join(30)

@@ -37,14 +37,6 @@ SYSTEM = "django_durable_jobs"
 
 
 @pytest.fixture
-def fast_backoff() -> Iterator[None]:
-    with override_settings(
-        DURABLE_JOBS={"BACKOFF_BASE_SECONDS": 0.01, "BACKOFF_MAX_SECONDS": 0.05}
-    ):
-        yield
-
-
-@pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
     with captured_spans() as exporter:
         yield exporter

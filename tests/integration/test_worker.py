@@ -42,20 +42,12 @@ from tests.factories import (
 from tests.testapp.jobs import gate
 from tests.testapp.models import Execution
 
-from .helpers import new_connection
+from .helpers import drain_until_settled, new_connection
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("fast_backoff"),
 ]
-
-
-@pytest.fixture
-def fast_backoff():  # type: ignore[no-untyped-def]
-    with override_settings(
-        DURABLE_JOBS={"BACKOFF_BASE_SECONDS": 0.01, "BACKOFF_MAX_SECONDS": 0.05}
-    ):
-        yield
 
 
 def config(**overrides: object) -> WorkerConfig:
@@ -65,20 +57,6 @@ def config(**overrides: object) -> WorkerConfig:
 def drain(**overrides: object) -> Worker:
     """Run a burst worker until nothing runnable is left (retries included)."""
     return burst(**overrides)
-
-
-def drain_until_settled(timeout: float = 30, **overrides: object) -> None:
-    """Burst workers again until no job is pending or running (retries wait a little)."""
-
-    def settled() -> bool:
-        if not Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING]).exists():
-            return True
-        drain(**overrides)
-        return False
-
-    wait_until(
-        settled, timeout, f"the jobs to settle: {list(Job.objects.values('type', 'status'))}"
-    )
 
 
 def test_jobs_complete_with_their_results() -> None:
