@@ -9,6 +9,7 @@ from django.db.models import Count
 
 from django_durable_jobs import enqueue_many
 from django_durable_jobs.models import Job, JobStatus
+from tests.factories import WAIT_SECONDS
 from tests.ports import free_port
 from tests.testapp.models import Execution
 
@@ -57,7 +58,9 @@ def test_an_elastic_worker_grows_shrinks_and_stops_cleanly(workers: Workers) -> 
     backlog("default", 30, 0.3)
     wait_for(lambda: sample(port, "durable_jobs_worker_slots") == 4, 30, "the pool to grow to 4")
     wait_for(lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() == 30, 60, "every job")
-    wait_for(lambda: sample(port, "durable_jobs_worker_slots") == 1, 20, "the pool to shrink")
+    wait_for(
+        lambda: sample(port, "durable_jobs_worker_slots") == 1, WAIT_SECONDS, "the pool to shrink"
+    )
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0, workers.output()
     assert_every_job_ran_exactly_once(30)

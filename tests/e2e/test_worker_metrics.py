@@ -11,6 +11,7 @@ from django.test import Client
 
 from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job, JobStatus, WorkerProcess
+from tests.factories import WAIT_SECONDS
 from tests.ports import free_port
 
 from .helpers import Workers, get, sample, wait_for
@@ -27,7 +28,7 @@ def test_the_worker_serves_metrics_and_healthz(workers: Workers) -> None:
     )  # fmt: skip
     wait_for(lambda: get(port, "/healthz")[0] == 200, 30, "/healthz to answer 200")
     assert sample(port, "durable_jobs_worker_slots") == 2
-    wait_for(lambda: WorkerProcess.objects.exists(), 10, "the worker's heartbeat row")
+    wait_for(lambda: WorkerProcess.objects.exists(), WAIT_SECONDS, "the worker's heartbeat row")
     health = Client().get("/api/health").json()
     assert health["live_workers"] == 1
 
@@ -45,7 +46,7 @@ def test_the_worker_serves_metrics_and_healthz(workers: Workers) -> None:
     assert sample(port, "durable_jobs_in_flight", queue="wm") == 0
     wait_for(  # read from the database, cached for a second or two
         lambda: sample(port, "durable_jobs_queue_depth", queue="wm", status="dead") == 1,
-        10,
+        WAIT_SECONDS,
         "the queue depth to show the dead job",
     )
     assert get(port, "/nope")[0] == 404

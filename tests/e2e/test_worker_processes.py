@@ -11,6 +11,7 @@ from django.db.models.functions import Now
 
 from django_durable_jobs import enqueue, enqueue_many
 from django_durable_jobs.models import Job, JobStatus
+from tests.factories import WAIT_SECONDS
 from tests.testapp.models import Execution
 
 from .helpers import Workers, wait_for
@@ -81,7 +82,9 @@ def test_a_job_that_kills_its_worker_every_time_ends_dead(workers: Workers) -> N
 def test_sigterm_lets_in_flight_jobs_finish(workers: Workers) -> None:
     job = enqueue("tests.record", {"sleep": 1}).job
     proc = workers.start("--grace-period", "10")
-    wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists(), 20, "the job to start")
+    wait_for(
+        lambda: Execution.objects.filter(job_id=job.pk).exists(), WAIT_SECONDS, "the job to start"
+    )
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 0, workers.output()
     job.refresh_from_db()
@@ -92,7 +95,9 @@ def test_sigterm_lets_in_flight_jobs_finish(workers: Workers) -> None:
 def test_sigint_at_the_deadline_releases_the_job_uncounted(workers: Workers) -> None:
     job = enqueue("tests.record", {"sleep": 120}).job
     proc = workers.start("--grace-period", "1")
-    wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists(), 20, "the job to start")
+    wait_for(
+        lambda: Execution.objects.filter(job_id=job.pk).exists(), WAIT_SECONDS, "the job to start"
+    )
     proc.send_signal(signal.SIGINT)
     # Exits (cleanly) long before the 120 s job could end: it did not wait for it.
     assert proc.wait(60) == 0, workers.output()
@@ -105,7 +110,9 @@ def test_a_second_signal_exits_at_once(workers: Workers) -> None:
     workers.env["E2E_LOG_LEVEL"] = "INFO"
     job = enqueue("tests.record", {"sleep": 120}).job
     proc = workers.start("--grace-period", "120")
-    wait_for(lambda: Execution.objects.filter(job_id=job.pk).exists(), 20, "the job to start")
+    wait_for(
+        lambda: Execution.objects.filter(job_id=job.pk).exists(), WAIT_SECONDS, "the job to start"
+    )
     proc.send_signal(signal.SIGTERM)
     # The first signal was handled: the worker waits in its grace period.
     wait_for(lambda: "Waiting up to 120" in workers.output(), 30, "the grace period")

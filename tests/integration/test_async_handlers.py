@@ -19,6 +19,7 @@ from django_durable_jobs.worker.loop import EXIT_OK, EXIT_RECYCLE
 from tests.factories import (
     FAST_BACKOFF,
     HANDLER_THREAD_PREFIX,
+    WAIT_SECONDS,
     RunningWorker,
     burst,
     join_handler_threads,
@@ -298,5 +299,5 @@ def test_a_shutdown_cancels_the_async_handlers_still_running_at_its_end() -> Non
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts) == (JobStatus.PENDING, 0)  # given back, uncounted
     # And its task was cancelled, not left behind.
-    wait_until(lambda: saw_cancelled_error(job.pk) == 1, 10, "the task's CancelledError")
+    wait_until(lambda: saw_cancelled_error(job.pk) == 1, WAIT_SECONDS, "the task's CancelledError")
     join_handler_threads(10)

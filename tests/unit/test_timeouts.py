@@ -25,7 +25,7 @@ from django_durable_jobs.validation import build_spec, validate_timeout
 from django_durable_jobs.worker.attempts import AttemptTable, State
 from django_durable_jobs.worker.executor import execute, timed_out
 from django_durable_jobs.worker.watchdog import Watchdog, effective_timeout
-from tests.factories import wait_until
+from tests.factories import WAIT_SECONDS, wait_until
 
 from .helpers import POLICY, Recorder, claimed, context, make_watchdog
 
@@ -260,7 +260,7 @@ def test_a_spinner_is_failed_at_its_deadline_and_its_thread_left_alone() -> None
         job = claimed(timeout=0.2)
         started = time.monotonic()
         state = run_in_thread(watchdog, job, spinner)
-        wait_until(lambda: recorder.submitted, 10, "the failed attempt")
+        wait_until(lambda: recorder.submitted, WAIT_SECONDS, "the failed attempt")
         assert time.monotonic() - started >= 0.2
         (outcome,) = recorder.submitted
         assert outcome.transition is Transition.RETRY and outcome.job_id == job.id
