@@ -33,6 +33,12 @@ from django_durable_jobs.worker.maintenance import Maintenance
 
 #: Generous: a shared CI machine can pause a test for seconds.
 WAIT_SECONDS = 30.0
+#: Retries due almost at once (the ``fast_backoff`` fixture of tests/integration/conftest.py).
+FAST_BACKOFF = {"BACKOFF_BASE_SECONDS": 0.01, "BACKOFF_MAX_SECONDS": 0.05}
+#: Queue names every door (enqueue, @job, the CLI, REST) takes, and ones each refuses.
+GOOD_QUEUES = ["default", "emails", "reports.v2", "a-b_c", "_private", "0", "q" * 100]
+# Without "," and ":": on the command line those separate queues and slots.
+BAD_QUEUES = ["bad queue", "q" * 101, ".hidden", "-dash", "é", "a/b", "a;b", "a\x00b"]
 HANDLER_THREAD_PREFIX = "durable-jobs-handler-"
 
 

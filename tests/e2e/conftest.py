@@ -6,29 +6,33 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
-from urllib.parse import quote
 
 import pytest
 from django.db import connection
 
+from .helpers import MANAGE, ROOT, Workers, test_database_url
 from .pgbouncer import PACKAGE, PgBouncer, find_binary
 
-ROOT = Path(__file__).resolve().parents[2]
-MANAGE = ROOT / "example_project" / "manage.py"
+
+@pytest.fixture
+def worker_env() -> dict[str, str]:
+    """What a module's worker processes get on top of ``Workers``' environment.
+
+    Nothing here; a module whose workers need other settings overrides this
+    fixture (``DJANGO_SETTINGS_MODULE``, ``E2E_LOG_LEVEL``, ...).
+    """
+    return {}
 
 
-def test_database_url() -> str:
-    """A DATABASE_URL for the test database pytest-django created."""
-    s = connection.settings_dict
-    user = quote(s["USER"] or "", safe="")
-    password = f":{quote(s['PASSWORD'], safe='')}" if s["PASSWORD"] else ""
-    auth = f"{user}{password}@" if user else ""
-    host = quote(s["HOST"] or "", safe="")
-    port = f":{s['PORT']}" if s["PORT"] else ""
-    return f"postgres://{auth}{host}{port}/{quote(s['NAME'], safe='')}"
-
-
-test_database_url.__test__ = False  # type: ignore[attr-defined]
+@pytest.fixture
+def workers(tmp_path: Path, worker_env: dict[str, str]) -> Iterator[Workers]:
+    """Worker processes on the test database, their logs in ``tmp_path``; killed at the end."""
+    running = Workers(tmp_path)
+    running.env.update(worker_env)
+    try:
+        yield running
+    finally:
+        running.close()
 
 
 @pytest.fixture

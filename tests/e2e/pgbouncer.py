@@ -20,13 +20,14 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import psycopg
+
+from tests.ports import free_port
 
 #: The Debian package that has the binary; named by every skip.
 PACKAGE = "pgbouncer"
@@ -43,12 +44,6 @@ def find_binary() -> str | None:
     if DEBIAN_BINARY.is_file() and os.access(DEBIAN_BINARY, os.X_OK):
         return str(DEBIAN_BINARY)
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _unprivileged_user() -> str:

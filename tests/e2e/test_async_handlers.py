@@ -13,17 +13,17 @@ from django_durable_jobs.worker.loop import EXIT_RECYCLE
 from tests.factories import most_at_once
 from tests.testapp.models import Execution
 
-from . import test_time_limits
-from .test_worker_processes import Workers, wait_for
+from .helpers import Workers, status, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 TIMEOUT_PATH = "django_durable_jobs.exceptions.JobTimeout"
 
 
-# The time limits' workers (a 3 s grace past a deadline, INFO logs) and helper.
-workers = test_time_limits.workers
-status = test_time_limits.status
+@pytest.fixture
+def worker_env() -> dict[str, str]:
+    # The time limits' settings: a 3 s grace past a deadline, INFO logs.
+    return {"DJANGO_SETTINGS_MODULE": "tests.e2e.settings_time_limits"}
 
 
 def test_twenty_async_handlers_of_half_a_second_share_four_slots(workers: Workers) -> None:

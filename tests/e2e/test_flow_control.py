@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import Iterator
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -23,7 +21,7 @@ from django_durable_jobs.models import Job, JobStatus, WorkerProcess
 from tests.factories import most_running_at_once, most_starts_in_a_window
 from tests.testapp.models import Execution
 
-from .test_worker_processes import Workers, wait_for
+from .helpers import Workers, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -34,13 +32,8 @@ FREED_WITHIN = timedelta(seconds=10)
 
 
 @pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    running = Workers(tmp_path)
-    running.env["DJANGO_SETTINGS_MODULE"] = "tests.e2e.settings_flow_control"
-    try:
-        yield running
-    finally:
-        running.close()
+def worker_env() -> dict[str, str]:
+    return {"DJANGO_SETTINGS_MODULE": "tests.e2e.settings_flow_control"}
 
 
 def start_serving(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,12 +27,11 @@ from django_durable_jobs import db, enqueue
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker.outcomes import release
 from tests.factories import claim_directly
+from tests.ports import free_port
 from tests.testapp.models import Execution
 
-from .conftest import MANAGE, ROOT, test_database_url
+from .helpers import MANAGE, ROOT, Workers, get, sample, test_database_url, wait_for
 from .pgbouncer import PgBouncer
-from .test_worker_metrics import free_port, get, sample
-from .test_worker_processes import Workers, wait_for, workers  # noqa: F401  (fixture)
 
 pytestmark = [
     pytest.mark.e2e,
@@ -72,7 +70,7 @@ class Bounced:
 
 
 @pytest.fixture
-def bounced(pgbouncer: PgBouncer, workers: Workers) -> Iterator[Bounced]:  # noqa: F811
+def bounced(pgbouncer: PgBouncer, workers: Workers) -> Iterator[Bounced]:
     dbname = connection.settings_dict["NAME"]
     workers.env.update(
         DATABASE_URL=pgbouncer.url(dbname),
@@ -88,7 +86,7 @@ def bounced(pgbouncer: PgBouncer, workers: Workers) -> Iterator[Bounced]:  # noq
         pgbouncer.drop_connections(dbname)
 
 
-def stop(proc: subprocess.Popen[bytes], workers: Workers) -> None:  # noqa: F811
+def stop(proc: subprocess.Popen[bytes], workers: Workers) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0, workers.output()
 
@@ -164,9 +162,10 @@ def test_with_listen_database_on_a_direct_connection_jobs_start_at_once(
 ) -> None:
     bounced.listen_directly()
     port = free_port()
-    # A 5 s poll: a job found by a poll would start 2.5 s late on average.
+    # The next poll is an hour away: a job that starts at all was woken by its
+    # notification. How soon: benchmarks/pooler_latency.py, never asserted here.
     proc = bounced.workers.start(
-        "--metrics-port", str(port), "--metrics-host", "127.0.0.1", "--poll-interval", "5",
+        "--metrics-port", str(port), "--metrics-host", "127.0.0.1", "--poll-interval", "3600",
     )  # fmt: skip
     wait_for(lambda: get(port, "/healthz")[0] == 200, 30, "/healthz to answer 200")
     wait_for(lambda: sample(port, GAUGE, listen_database="direct") == 1, 30, "the probe")
@@ -182,17 +181,13 @@ def test_with_listen_database_on_a_direct_connection_jobs_start_at_once(
         "    time.sleep(0.4)\n"
         "    enqueue('tests.record', {'i': i})\n"
     )
-    wait_for(lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() == 8, 30, "the jobs")
+    wait_for(
+        lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() == 8,
+        60,
+        "the notifications to start the jobs",
+    )
     stop(proc, bounced.workers)
-    waits = [
-        (job.started_at - job.created_at).total_seconds()
-        for job in Job.objects.filter(payload__has_key="i")
-    ]
-    assert len(waits) == 7
-    # Well under the poll interval: woken by the notifications. Polls alone
-    # would spread them over 0-5 s.
-    assert statistics.median(waits) < 0.5, waits
-    assert max(waits) < 2.5, waits
+    assert Job.objects.filter(payload__has_key="i", status=JobStatus.COMPLETED).count() == 7
     log = bounced.workers.output()
     assert "listen_database=direct" in log
     assert NOT_ARRIVING not in log, log

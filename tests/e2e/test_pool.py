@@ -9,10 +9,11 @@ from django.db.models import Count
 
 from django_durable_jobs import enqueue_many
 from django_durable_jobs.models import Job, JobStatus
+from tests.factories import WAIT_SECONDS
+from tests.ports import free_port
 from tests.testapp.models import Execution
 
-from .test_worker_metrics import free_port, get, sample
-from .test_worker_processes import Workers, wait_for, workers  # noqa: F401  (fixture)
+from .helpers import Workers, get, sample, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -33,7 +34,7 @@ def peak(queue: str) -> int:
     return max(job.result["concurrent"] for job in Job.objects.filter(queue=queue))
 
 
-def test_a_worker_with_slots_per_queue(workers: Workers) -> None:  # noqa: F811
+def test_a_worker_with_slots_per_queue(workers: Workers) -> None:
     backlog("emails", 12, 0.2)
     backlog("default", 15, 0.2)
     backlog("reports", 2, 0.0)  # not served
@@ -46,7 +47,7 @@ def test_a_worker_with_slots_per_queue(workers: Workers) -> None:  # noqa: F811
     assert peak("default") == 3
 
 
-def test_an_elastic_worker_grows_shrinks_and_stops_cleanly(workers: Workers) -> None:  # noqa: F811
+def test_an_elastic_worker_grows_shrinks_and_stops_cleanly(workers: Workers) -> None:
     port = free_port()
     proc = workers.start(
         "--concurrency", "1-4", "--scale-down-after", "1", "--poll-interval", "0.2",
@@ -57,7 +58,9 @@ def test_an_elastic_worker_grows_shrinks_and_stops_cleanly(workers: Workers) -> 
     backlog("default", 30, 0.3)
     wait_for(lambda: sample(port, "durable_jobs_worker_slots") == 4, 30, "the pool to grow to 4")
     wait_for(lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() == 30, 60, "every job")
-    wait_for(lambda: sample(port, "durable_jobs_worker_slots") == 1, 20, "the pool to shrink")
+    wait_for(
+        lambda: sample(port, "durable_jobs_worker_slots") == 1, WAIT_SECONDS, "the pool to shrink"
+    )
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0, workers.output()
     assert_every_job_ran_exactly_once(30)

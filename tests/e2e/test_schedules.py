@@ -7,17 +7,14 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job, JobStatus, ScheduleState
 
-from .conftest import MANAGE, ROOT
-from .test_worker_processes import Workers, wait_for
+from .helpers import MANAGE, ROOT, Workers, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -25,13 +22,9 @@ TICK = timedelta(seconds=2)
 
 
 @pytest.fixture
-def scheduling_workers(tmp_path: Path) -> Iterator[Workers]:
-    running = Workers(tmp_path)
-    running.env["EXAMPLE_SCHEDULES"] = "1"
-    try:
-        yield running
-    finally:
-        running.close()
+def scheduling_workers(workers: Workers) -> Workers:
+    workers.env["EXAMPLE_SCHEDULES"] = "1"
+    return workers
 
 
 def tick_times() -> list[datetime]:

@@ -24,19 +24,11 @@ from rest_framework.authtoken.models import Token
 from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job, JobStatus
 from tests.factories import make_user
+from tests.ports import free_port
 
-from .conftest import MANAGE, ROOT, test_database_url
-from .test_worker_processes import Workers, wait_for
+from .helpers import MANAGE, ROOT, Workers, test_database_url, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Server:
@@ -100,15 +92,6 @@ def server(tmp_path: Path) -> Iterator[Server]:
         yield running
     finally:
         running.stop()
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    running = Workers(tmp_path)
-    try:
-        yield running
-    finally:
-        running.close()
 
 
 def test_an_enqueue_only_client_cannot_cancel_every_pending_job(

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +12,7 @@ from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker.loop import EXIT_RECYCLE
 from tests.testapp.models import Execution
 
-from .test_worker_processes import Workers, wait_for
+from .helpers import Workers, status, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -22,17 +20,8 @@ TIMEOUT_PATH = "django_durable_jobs.exceptions.JobTimeout"
 
 
 @pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    running = Workers(tmp_path)
-    running.env["DJANGO_SETTINGS_MODULE"] = "tests.e2e.settings_time_limits"
-    try:
-        yield running
-    finally:
-        running.close()
-
-
-def status(job: Job) -> str:
-    return Job.objects.values_list("status", flat=True).get(pk=job.pk)
+def worker_env() -> dict[str, str]:
+    return {"DJANGO_SETTINGS_MODULE": "tests.e2e.settings_time_limits"}
 
 
 def test_a_python_spinner_back_within_the_grace_and_the_worker_keeps_serving(
@@ -63,8 +52,7 @@ def test_a_python_spinner_back_within_the_grace_and_the_worker_keeps_serving(
     assert "in spin" in entry["traceback"]
     assert spinner.result is None  # its late outcome was dropped
     spun_from = Execution.objects.get(job_id=spinner.pk).at
-    # Failed at the deadline, not when the thread returned.
-    assert (spinner.completed_at - spun_from).total_seconds() < 2.5
+    assert (spinner.completed_at - spun_from).total_seconds() >= 1.0  # not before its deadline
     for job in others:
         (execution,) = Execution.objects.filter(job_id=job.pk)
         assert (execution.at - spun_from).total_seconds() >= 2.5  # the slot was held
@@ -72,6 +60,9 @@ def test_a_python_spinner_back_within_the_grace_and_the_worker_keeps_serving(
     output = workers.output()
     assert "ran past its time limit" in output
     assert "Late outcome of job" in output
+    # Failed at the deadline, not when the thread returned: the watchdog took the
+    # job first, so the thread's outcome came late (dropped: no result above).
+    assert output.index("ran past its time limit") < output.index("Late outcome of job")
     assert "Recycling worker" not in output
 
 
@@ -95,7 +86,7 @@ def test_a_python_spinner_that_never_returns_recycles_the_worker_after_its_other
     assert [e["exception"] for e in spinner.errors] == [TIMEOUT_PATH]
     assert "in spin" in spinner.errors[0]["traceback"]
     spun_from = Execution.objects.get(job_id=spinner.pk).at
-    assert (spinner.completed_at - spun_from).total_seconds() < 4
+    assert (spinner.completed_at - spun_from).total_seconds() >= 1.0  # not before its deadline
     # The other in-flight jobs finished normally before the exit: none released,
     # none lost, none run twice.
     for job in others:
@@ -106,6 +97,9 @@ def test_a_python_spinner_that_never_returns_recycles_the_worker_after_its_other
     output = workers.output()
     assert "has not returned 3.0s after its time limit" in output
     assert "Recycling worker" in output
+    # Failed at its deadline, before the worker gave up on the thread (not at the recycle).
+    failed_at = output.index("ran past its time limit")
+    assert failed_at < output.index("has not returned 3.0s after its time limit")
 
 
 def test_a_thread_stuck_in_c_recycles_the_worker_after_its_other_jobs(workers: Workers) -> None:

@@ -6,7 +6,6 @@ handler's own span under the attempt, a retry linked back."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job, JobStatus
 from tests.spans import captured_spans, named, tracer
 
-from .test_worker_processes import Workers, wait_for
+from .helpers import Workers, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -25,14 +24,11 @@ ATTEMPT = f"{SYSTEM}.job.attempt"
 
 
 @pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    running = Workers(tmp_path)
-    running.env["DJANGO_SETTINGS_MODULE"] = "tests.e2e.settings_tracing"
-    running.env["E2E_SPANS_FILE"] = str(tmp_path / "spans.jsonl")
-    try:
-        yield running
-    finally:
-        running.close()
+def worker_env(tmp_path: Path) -> dict[str, str]:
+    return {
+        "DJANGO_SETTINGS_MODULE": "tests.e2e.settings_tracing",
+        "E2E_SPANS_FILE": str(tmp_path / "spans.jsonl"),
+    }
 
 
 def exported(workers: Workers) -> list[dict[str, Any]]:

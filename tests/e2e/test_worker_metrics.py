@@ -5,49 +5,22 @@ from __future__ import annotations
 import signal
 import socket
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 from django.test import Client
-from prometheus_client.parser import text_string_to_metric_families
 
 from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job, JobStatus, WorkerProcess
+from tests.factories import WAIT_SECONDS
+from tests.ports import free_port
 
+from .helpers import Workers, get, sample, wait_for
 from .proxy import Proxy
-from .test_worker_processes import Workers, wait_for, workers  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError:
-        return 0, ""
-
-
-def sample(port: int, name: str, **labels: str) -> float:
-    status, text = get(port, "/metrics")
-    assert status == 200
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and s.labels == labels:
-                return float(s.value)
-    return 0.0
-
-
-def test_the_worker_serves_metrics_and_healthz(workers: Workers) -> None:  # noqa: F811
+def test_the_worker_serves_metrics_and_healthz(workers: Workers) -> None:
     port = free_port()
     proc = workers.start(
         "--metrics-port", str(port), "--metrics-host", "127.0.0.1",
@@ -55,7 +28,7 @@ def test_the_worker_serves_metrics_and_healthz(workers: Workers) -> None:  # noq
     )  # fmt: skip
     wait_for(lambda: get(port, "/healthz")[0] == 200, 30, "/healthz to answer 200")
     assert sample(port, "durable_jobs_worker_slots") == 2
-    wait_for(lambda: WorkerProcess.objects.exists(), 10, "the worker's heartbeat row")
+    wait_for(lambda: WorkerProcess.objects.exists(), WAIT_SECONDS, "the worker's heartbeat row")
     health = Client().get("/api/health").json()
     assert health["live_workers"] == 1
 
@@ -73,7 +46,7 @@ def test_the_worker_serves_metrics_and_healthz(workers: Workers) -> None:  # noq
     assert sample(port, "durable_jobs_in_flight", queue="wm") == 0
     wait_for(  # read from the database, cached for a second or two
         lambda: sample(port, "durable_jobs_queue_depth", queue="wm", status="dead") == 1,
-        10,
+        WAIT_SECONDS,
         "the queue depth to show the dead job",
     )
     assert get(port, "/nope")[0] == 404
@@ -84,7 +57,7 @@ def test_the_worker_serves_metrics_and_healthz(workers: Workers) -> None:  # noq
     assert not WorkerProcess.objects.exists()  # deregistered at a graceful stop
 
 
-def test_healthz_is_503_while_the_database_is_away(workers: Workers) -> None:  # noqa: F811
+def test_healthz_is_503_while_the_database_is_away(workers: Workers) -> None:
     from django.db import connection
 
     settings = connection.settings_dict
@@ -114,7 +87,7 @@ def test_healthz_is_503_while_the_database_is_away(workers: Workers) -> None:  #
     assert proc.wait(30) == 0, workers.output()
 
 
-def test_metrics_port_in_use_is_a_clear_error(workers: Workers) -> None:  # noqa: F811
+def test_metrics_port_in_use_is_a_clear_error(workers: Workers) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)

@@ -4,13 +4,31 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import psycopg
+import pytest
+from django.contrib.messages import get_messages
 from django.db import connection, connections
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.factories import WAIT_SECONDS, wait_until
+from django_durable_jobs import bulk, db, enqueue_many
+from django_durable_jobs.flow import queue_limits
+from django_durable_jobs.handlers import registry
+from django_durable_jobs.held_back import held_back, nothing_held
+from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.pausing import pause_queue
+from tests.factories import (
+    WAIT_SECONDS,
+    RunningWorker,
+    burst,
+    make_job,
+    wait_until,
+    worker_config,
+)
 
 T = TypeVar("T")
 
@@ -83,3 +101,196 @@ def seq_scanned(plan: str) -> set[str]:
             yield from walk(child)
 
     return {table for root in json.loads(plan) for table in walk(root["Plan"])}
+
+
+# --- the REST API ----------------------------------------------------------------------
+
+ECHO_TYPE = "example.echo"  # registered by the example app
+#: Each REST path with and without its trailing slash.
+SLASHES = pytest.mark.parametrize("slash", ["", "/"], ids=["no-slash", "slash"])
+
+
+def job_body(key: str = "k1", **fields: Any) -> dict[str, Any]:
+    """A POST /api/jobs body (an ``example.echo`` job) with ``fields`` on top."""
+    return {"type": ECHO_TYPE, "payload": {"n": 1}, "idempotency_key": key, **fields}
+
+
+def make_echo_job(status: str = JobStatus.PENDING, **fields: Any) -> Job:
+    """An ``example.echo`` job row in ``status``, for the API to list and act on."""
+    return make_job(ECHO_TYPE, {"made": True}, status=status, **fields)
+
+
+def assert_error(response: Any, status: int, error: str) -> dict[str, Any]:
+    """The response is the API's JSON error ``error`` with ``status``; its body."""
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/json"
+    body: dict[str, Any] = response.json()
+    assert body["error"] == error, body
+    assert "detail" in body
+    return body
+
+
+# --- the admin -------------------------------------------------------------------------
+
+JOBS = "/admin/durable_jobs/job/"
+DEAD_JOBS = "/admin/durable_jobs/deadjob/"
+
+
+def make_jobs(count: int, status: str, **fields: Any) -> list[uuid.UUID]:
+    """``count`` jobs in ``status`` (``queue`` and ``type`` may be given), their ids."""
+    queue = fields.pop("queue", "default")
+    job_type = fields.pop("type", "tests.record")
+    results = enqueue_many([{"type": job_type, "payload": {}, "queue": queue}] * count)
+    ids = [result.job.pk for result in results]
+    Job.objects.filter(pk__in=ids).update(status=status, **fields)
+    return ids
+
+
+def messages_of(response: Any) -> list[str]:
+    return [str(message) for message in get_messages(response.wsgi_request)]
+
+
+def bulk_jobs() -> list[Job]:
+    return list(Job.objects.filter(type__in=bulk.BULK_TYPES).order_by("created_at"))
+
+
+# --- metrics ---------------------------------------------------------------------------
+
+
+def scrape() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """This process's /metrics: ``{(name, labels): value}``."""
+    response = Client().get("/metrics")
+    assert response.status_code == 200
+    samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def value(
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+# --- flow control ----------------------------------------------------------------------
+
+#: Queues of every kind of limit (``override_settings(DURABLE_JOBS=LIMITED)``).
+LIMITED = {
+    "QUEUES": {
+        "narrow": {"concurrency": 2},
+        "throttled": {"rate_limit": "2/m"},
+        "both": {"concurrency": 1, "rate_limit": "1/m"},
+        "roomy": {"concurrency": 100, "rate_limit": "100/s"},
+    }
+}
+
+
+def held(reason: str, count: int) -> dict[str, int]:
+    """A queue's held-back counts: ``count`` for ``reason``, nothing for the others."""
+    return {**nothing_held(), reason: count}
+
+
+def jobs(queue: str, count: int, **row: object) -> None:
+    """Enqueue ``count`` ``tests.record`` jobs in ``queue``."""
+    enqueue_many([{"type": "tests.record", "queue": queue, **row}] * count)
+
+
+def claim_from(queue: str, want: int) -> int:
+    """Claim ``want`` jobs of a limited queue as a worker does; how many it got."""
+    for _ in range(2):  # the queue's first claim creates its throttle row and gets nothing
+        claimed = db.claim_limited(
+            "default",
+            worker_id="w",
+            lease_seconds=30,
+            queue=queue,
+            limits=queue_limits()[queue],
+            want=want,
+            key_limits=registry.concurrency_limits(),
+        )
+        if not claimed.busy:
+            return len(claimed.jobs)
+    raise AssertionError(f"the throttle row of {queue} stays locked")
+
+
+def claim_key(limit: int = 1) -> None:
+    """Claim ``limit`` keyed jobs, within their keys' limits, as a worker does."""
+    claimed = db.claim_keyed(
+        "default",
+        worker_id="w",
+        lease_seconds=30,
+        limit=limit,
+        key_limits=registry.concurrency_limits(),
+    )
+    assert len(claimed) == limit
+
+
+#: What ``hold_jobs_back()`` leaves held back, per queue (the others: nothing).
+HELD_BY_HOLD_JOBS_BACK = {
+    "narrow": held("concurrency", 3),
+    "parked": held("paused", 3),
+    "default": held("key", 2),
+}
+
+
+def hold_jobs_back() -> None:
+    """One queue of each kind, for the front ends' tests (run under ``LIMITED``).
+
+    ``narrow`` at its concurrency, ``parked`` paused, ``default`` (no limits)
+    with a busy key, ``other`` with plain runnable jobs; ``throttled`` is
+    declared and holds no job.
+    """
+    jobs("narrow", 5)
+    assert claim_from("narrow", 5) == 2
+    jobs("parked", 3)
+    pause_queue("parked")
+    enqueue_many([{"type": "tests.serial", "concurrency_key": "a"}] * 3)
+    claim_key()
+    jobs("other", 2)
+    assert held_back("default") == HELD_BY_HOLD_JOBS_BACK
+
+
+# --- workers ---------------------------------------------------------------------------
+
+
+def drain_until_settled(timeout: float = 30, **overrides: object) -> None:
+    """Burst workers again until no job is pending or running (retries wait a little)."""
+
+    def settled() -> bool:
+        if not Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING]).exists():
+            return True
+        burst(**overrides)
+        return False
+
+    wait_until(
+        settled, timeout, f"the jobs to settle: {list(Job.objects.values('type', 'status'))}"
+    )
+
+
+def drain_with(workers: int, count: int, **config: object) -> list[Job]:
+    """Serve with ``workers`` running workers until ``count`` jobs completed; every job."""
+    running = [
+        RunningWorker(worker_config(burst=False, **{"concurrency": 4, **config}))
+        for _ in range(workers)
+    ]
+    try:
+        wait_until(
+            lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() >= count,
+            timeout=60,
+            what=f"{count} jobs to complete",
+        )
+    finally:
+        for worker in running:
+            worker.stop()
+    return list(Job.objects.all())
+
+
+# --- query plans -----------------------------------------------------------------------
+
+
+def explain(sql: str, params: dict[str, object]) -> str:
+    """The plan as JSON text (EXPLAIN without ANALYZE: the UPDATE does not run)."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+        return json.dumps(cursor.fetchone()[0])

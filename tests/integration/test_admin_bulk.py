@@ -11,29 +11,19 @@ from urllib.parse import parse_qs
 
 import pytest
 from django.contrib.admin.sites import site
-from django.contrib.messages import get_messages
 from django.test import Client
 from django.utils import timezone
 
-from django_durable_jobs import bulk, enqueue_many
+from django_durable_jobs import bulk
 from django_durable_jobs.context import CancelFlag, JobContext
 from django_durable_jobs.enqueueing import enqueue_own
 from django_durable_jobs.exceptions import JobCancelled
 from django_durable_jobs.models import DeadJob, Job, JobStatus
 from tests.factories import burst, client_for, user_with
 
-JOBS = "/admin/durable_jobs/job/"
-DEAD_JOBS = "/admin/durable_jobs/deadjob/"
+from .helpers import DEAD_JOBS, JOBS, bulk_jobs, make_jobs, messages_of
+
 XSS = "<script>alert(1)</script>"
-
-
-def make_jobs(count: int, status: str, **fields: Any) -> list[uuid.UUID]:
-    queue = fields.pop("queue", "default")
-    job_type = fields.pop("type", "tests.record")
-    results = enqueue_many([{"type": job_type, "payload": {}, "queue": queue}] * count)
-    ids = [result.job.pk for result in results]
-    Job.objects.filter(pk__in=ids).update(status=status, **fields)
-    return ids
 
 
 def bulk_links(html: str) -> dict[str, tuple[str, str]]:
@@ -42,18 +32,10 @@ def bulk_links(html: str) -> dict[str, tuple[str, str]]:
     return {operation: (href.replace("&amp;", "&"), text) for href, operation, text in found}
 
 
-def messages_of(response: Any) -> list[str]:
-    return [str(message) for message in get_messages(response.wsgi_request)]
-
-
 def token_of(html: str) -> str:
     match = re.search(r'name="token" value="([0-9a-f]{32})"', html)
     assert match
     return match.group(1)
-
-
-def bulk_jobs() -> list[Job]:
-    return list(Job.objects.filter(type__in=bulk.BULK_TYPES).order_by("created_at"))
 
 
 # -- the buttons on the list -------------------------------------------------------------

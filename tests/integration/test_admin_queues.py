@@ -12,7 +12,7 @@ from django_durable_jobs.models import JobStatus, QueueState
 from django_durable_jobs.pausing import pause_queue, paused_queues
 from tests.factories import client_for, make_job, user_with
 
-from .test_held_back import LIMITED, hold_jobs_back
+from .helpers import LIMITED, hold_jobs_back
 
 pytestmark = pytest.mark.django_db
 

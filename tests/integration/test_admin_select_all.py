@@ -13,7 +13,7 @@ from django_durable_jobs.admin.jobs import JobAdmin
 from django_durable_jobs.models import Job, JobStatus
 from tests.factories import client_for, make_operator
 
-from .test_admin_bulk import DEAD_JOBS, JOBS, bulk_jobs, make_jobs, messages_of
+from .helpers import DEAD_JOBS, JOBS, bulk_jobs, make_jobs, messages_of
 
 pytestmark = pytest.mark.django_db
 

@@ -28,35 +28,13 @@ from django_durable_jobs import enqueue, enqueue_many
 from django_durable_jobs.api.errors import PayloadTooLarge
 from django_durable_jobs.api.parsers import BoundedJSONParser
 from django_durable_jobs.models import AuditEntry, Job, JobStatus, QueueState
-from tests.factories import PASSWORD, Api, make_job, make_operator, make_user
+from tests.factories import PASSWORD, Api, make_operator, make_user
 from tests.factories import basic_auth as basic
 
-from .helpers import run_in_threads
+from .helpers import ECHO_TYPE as TYPE
+from .helpers import SLASHES, assert_error, job_body, make_echo_job, run_in_threads
 
 pytestmark = pytest.mark.django_db
-
-TYPE = "example.echo"  # registered by the example app
-SLASHES = pytest.mark.parametrize("slash", ["", "/"], ids=["no-slash", "slash"])
-
-
-# --- helpers -------------------------------------------------------------------
-
-
-def job_body(key: str = "k1", **fields: Any) -> dict[str, Any]:
-    return {"type": TYPE, "payload": {"n": 1}, "idempotency_key": key, **fields}
-
-
-def make(status: str = JobStatus.PENDING, **fields: Any) -> Job:
-    return make_job(TYPE, {"made": True}, status=status, **fields)
-
-
-def assert_error(response: Any, status: int, error: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    assert response["Content-Type"] == "application/json"
-    body: dict[str, Any] = response.json()
-    assert body["error"] == error, body
-    assert "detail" in body
-    return body
 
 
 # --- POST /api/jobs ------------------------------------------------------------
@@ -245,7 +223,11 @@ def test_a_chunked_body_without_length_is_a_411(staff: Api) -> None:
 def test_list_is_newest_first_and_filters(staff: Api, slash: str) -> None:
     # One test transaction gives every job the same created_at (now()): set them apart.
     now = timezone.now()
-    old, other, new = make(JobStatus.DEAD), enqueue("example.noop", queue="low").job, make()
+    old, other, new = (
+        make_echo_job(JobStatus.DEAD),
+        enqueue("example.noop", queue="low").job,
+        make_echo_job(),
+    )
     for minutes, job in enumerate((new, other, old)):
         Job.objects.filter(pk=job.pk).update(created_at=now - timedelta(minutes=minutes))
 
@@ -322,7 +304,7 @@ def test_page_size_defaults_to_the_setting(staff: Api) -> None:
 @SLASHES
 def test_detail_has_result_and_errors(staff: Api, slash: str) -> None:
     errors = [{"attempt": 1, "at": "2030-01-01T00:00:00Z", "error": "boom"}]
-    job = make(JobStatus.COMPLETED, result={"ok": True}, errors=errors)
+    job = make_echo_job(JobStatus.COMPLETED, result={"ok": True}, errors=errors)
     body = staff.get(f"/api/jobs/{job.pk}{slash}").json()
     assert body["id"] == str(job.pk)
     assert (body["status"], body["result"], body["errors"]) == ("completed", {"ok": True}, errors)
@@ -343,7 +325,7 @@ def test_detail_of_an_unknown_or_malformed_id_is_a_json_404(
 @pytest.mark.parametrize("status", [JobStatus.DEAD, JobStatus.CANCELLED])
 def test_requeue_puts_a_finished_job_back(staff: Api, slash: str, status: str) -> None:
     history = [{"attempt": 5, "error": "boom"}]
-    job = make(status, attempts=5, errors=history, last_error="boom")
+    job = make_echo_job(status, attempts=5, errors=history, last_error="boom")
     response = staff.post(f"/api/jobs/{job.pk}/requeue{slash}")
     assert response.status_code == 200, response.content
     body = response.json()
@@ -352,7 +334,7 @@ def test_requeue_puts_a_finished_job_back(staff: Api, slash: str, status: str) -
 
 @pytest.mark.parametrize("status", [JobStatus.PENDING, JobStatus.RUNNING, JobStatus.COMPLETED])
 def test_requeue_of_a_job_that_is_not_dead_or_cancelled_is_a_409(staff: Api, status: str) -> None:
-    job = make(status)
+    job = make_echo_job(status)
     body = assert_error(staff.post(f"/api/jobs/{job.pk}/requeue"), 409, "invalid_state")
     assert body["job_status"] == status and body["allowed"] == ["dead", "cancelled"]
     assert Job.objects.get(pk=job.pk).status == status
@@ -360,7 +342,7 @@ def test_requeue_of_a_job_that_is_not_dead_or_cancelled_is_a_409(staff: Api, sta
 
 @SLASHES
 def test_cancel_cancels_a_pending_job(staff: Api, slash: str) -> None:
-    job = make()
+    job = make_echo_job()
     response = staff.post(f"/api/jobs/{job.pk}/cancel{slash}")
     assert response.status_code == 200
     assert response.json()["status"] == "cancelled"
@@ -369,7 +351,7 @@ def test_cancel_cancels_a_pending_job(staff: Api, slash: str) -> None:
 
 @SLASHES
 def test_cancel_of_a_running_job_is_a_202_and_asks_its_worker(staff: Api, slash: str) -> None:
-    job = make(JobStatus.RUNNING)
+    job = make_echo_job(JobStatus.RUNNING)
     response = staff.post(f"/api/jobs/{job.pk}/cancel{slash}")
     assert response.status_code == 202, response.content
     body = response.json()
@@ -386,7 +368,7 @@ def test_cancel_of_a_running_job_is_a_202_and_asks_its_worker(staff: Api, slash:
 
 @pytest.mark.parametrize("status", [JobStatus.COMPLETED, JobStatus.DEAD, JobStatus.CANCELLED])
 def test_cancel_of_a_finished_job_is_a_409(staff: Api, status: str) -> None:
-    job = make(status)
+    job = make_echo_job(status)
     body = assert_error(staff.post(f"/api/jobs/{job.pk}/cancel"), 409, "invalid_state")
     assert body["job_status"] == status
     assert body["allowed"] == ["pending", "waiting", "running"]
@@ -403,7 +385,7 @@ def test_operations_on_unknown_jobs_are_a_404(
 
 
 def test_wrong_methods_are_a_json_405(staff: Api) -> None:
-    job = make()
+    job = make_echo_job()
     assert_error(
         staff.client.delete(f"/api/jobs/{job.pk}", **staff.auth), 405, "method_not_allowed"
     )
@@ -419,8 +401,8 @@ def test_wrong_methods_are_a_json_405(staff: Api) -> None:
 def test_stats_counts_by_queue_and_status(staff: Api, slash: str) -> None:
     empty = staff.get(f"/api/jobs/stats{slash}").json()
     assert empty["total"] == 0 and empty["oldest_pending_age_seconds"] is None
-    waiting = make(available_at=timezone.now() - timedelta(minutes=10))
-    make(JobStatus.DEAD)
+    waiting = make_echo_job(available_at=timezone.now() - timedelta(minutes=10))
+    make_echo_job(JobStatus.DEAD)
     enqueue(TYPE, queue="low", delay=timedelta(hours=1))  # pending, not waiting yet
     assert waiting.queue == "default"
 
@@ -442,8 +424,8 @@ def test_stats_count_the_finished_history_exactly_on_a_small_table(staff: Api) -
     # A queue that holds only finished jobs, long done: known from its history.
     for status, n in ((JobStatus.COMPLETED, 3), (JobStatus.CANCELLED, 2)):
         for _ in range(n):
-            make(status, queue="old")
-    make(JobStatus.COMPLETED)
+            make_echo_job(status, queue="old")
+    make_echo_job(JobStatus.COMPLETED)
     stats = staff.get("/api/jobs/stats").json()
     assert stats["statuses"] == {
         "pending": 0, "running": 0, "completed": 4, "dead": 0, "cancelled": 2, "waiting": 0,
@@ -543,7 +525,7 @@ WRONG_PERMISSIONS = {
 
 def call(api: Api, endpoint: str) -> Any:
     method, path, _, _ = ENDPOINTS[endpoint]
-    pending, dead = make(), make(JobStatus.DEAD)
+    pending, dead = make_echo_job(), make_echo_job(JobStatus.DEAD)
     url = path(pending, dead)
     if method == "post":
         return api.post(url, job_body("auth") if endpoint == "enqueue" else None)
@@ -604,7 +586,7 @@ def test_change_job_also_allows_reading() -> None:
 
 
 def test_permission_classes_are_a_setting() -> None:
-    make()
+    make_echo_job()
     setting = {"API_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"]}
     with override_settings(DURABLE_JOBS=setting):
         assert Api().get("/api/jobs").status_code == 200
@@ -647,7 +629,7 @@ def test_session_authentication_enforces_csrf() -> None:
 
 
 def test_a_post_is_never_redirected(staff: Api) -> None:
-    job = make()
+    job = make_echo_job()
     for path in ("/api/jobs", "/api/jobs/", f"/api/jobs/{job.pk}/cancel"):
         response = staff.post(path, job_body("nr") if "cancel" not in path else None)
         assert response.status_code in (200, 201), (path, response.status_code)

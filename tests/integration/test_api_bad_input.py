@@ -21,8 +21,9 @@ from django.utils.dateparse import parse_datetime
 
 from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job, QueueState
+from tests.factories import Api
 
-from .test_api import Api, assert_error, job_body
+from .helpers import assert_error, job_body
 
 pytestmark = pytest.mark.django_db
 

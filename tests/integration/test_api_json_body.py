@@ -18,9 +18,10 @@ from django.test import Client
 
 from django_durable_jobs.models import Job, JobStatus, QueueState
 from django_durable_jobs.pausing import pause_queue, paused_queues
-from tests.factories import make_operator
+from tests.factories import Api, make_operator
+from tests.factories import basic_auth as basic
 
-from .test_api import Api, assert_error, basic, job_body, make
+from .helpers import assert_error, job_body, make_echo_job
 
 pytestmark = pytest.mark.django_db
 
@@ -43,7 +44,7 @@ def state() -> tuple[list[tuple[str, str]], list[str]]:
 
 def calls() -> dict[str, str]:
     """Each state-changing call, on rows it would change if accepted."""
-    dead, pending = make(JobStatus.DEAD), make()
+    dead, pending = make_echo_job(JobStatus.DEAD), make_echo_job()
     pause_queue("parked")
     return {
         "requeue": f"/api/jobs/{dead.pk}/requeue",
@@ -104,7 +105,7 @@ def test_json_with_nothing_to_say_is_accepted(call: str, body: str) -> None:
 
 def test_the_form_is_refused_before_authentication() -> None:
     """No password is checked for a request refused anyway (and anonymous gets 415 too)."""
-    job = make(JobStatus.DEAD)
+    job = make_echo_job(JobStatus.DEAD)
     response = raw_post(f"/api/jobs/{job.pk}/requeue", "application/x-www-form-urlencoded", "")
     assert_error(response, 415, "unsupported_media_type")
     assert Job.objects.get(pk=job.pk).status == JobStatus.DEAD
@@ -143,7 +144,7 @@ def test_a_body_that_is_not_json_is_a_400_and_changes_nothing() -> None:
 
 def test_a_method_the_route_does_not_take_stays_a_405_whatever_its_content_type() -> None:
     staff = make_operator("staff")
-    job = make()
+    job = make_echo_job()
     response = Client().put(
         f"/api/jobs/{job.pk}/cancel", "a=1", "application/x-www-form-urlencoded", **basic(staff)
     )
@@ -152,7 +153,7 @@ def test_a_method_the_route_does_not_take_stays_a_405_whatever_its_content_type(
 
 def test_reads_need_no_content_type() -> None:
     staff = Api(make_operator("staff"))
-    make()
+    make_echo_job()
     assert staff.get("/api/jobs", CONTENT_TYPE="text/plain").status_code == 200
 
 

@@ -17,9 +17,9 @@ from django.utils import timezone
 
 from django_durable_jobs import enqueue_many
 from django_durable_jobs.models import Job, JobStatus
-from tests.factories import make_job
+from tests.factories import Api, make_job
 
-from .test_api import Api, assert_error
+from .helpers import assert_error
 
 pytestmark = pytest.mark.django_db
 

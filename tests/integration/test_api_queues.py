@@ -13,10 +13,9 @@ from django.utils.dateparse import parse_datetime
 from django_durable_jobs.held_back import nothing_held
 from django_durable_jobs.models import JobStatus, QueueState
 from django_durable_jobs.pausing import pause_queue, paused_queues
-from tests.factories import make_job
+from tests.factories import Api, make_job, make_user
 
-from .test_api import SLASHES, Api, assert_error, make_user
-from .test_held_back import HELD_BY_HOLD_JOBS_BACK, LIMITED, hold_jobs_back
+from .helpers import HELD_BY_HOLD_JOBS_BACK, LIMITED, SLASHES, assert_error, hold_jobs_back
 
 pytestmark = pytest.mark.django_db
 

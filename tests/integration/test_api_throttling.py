@@ -22,9 +22,10 @@ from rest_framework.throttling import ScopedRateThrottle
 from django_durable_jobs.api import throttling
 from django_durable_jobs.conf import jobs_settings
 from django_durable_jobs.models import Job, JobStatus
-from tests.factories import make_operator
+from tests.factories import PASSWORD, Api, make_operator
+from tests.factories import basic_auth as basic
 
-from .test_api import PASSWORD, Api, assert_error, basic, job_body, make
+from .helpers import assert_error, job_body, make_echo_job
 
 pytestmark = pytest.mark.django_db
 
@@ -73,7 +74,7 @@ def test_after_n_failures_even_the_right_password_is_a_429_without_hashing(
     hasher: type[CountingHasher],
 ) -> None:
     user = make_operator("staff")
-    job = make(JobStatus.DEAD)
+    job = make_echo_job(JobStatus.DEAD)
     client = Client()
     with rate("3/m"):
         for name in ("staff", "staff", "nobody"):  # an unknown user counts (and hashes) too

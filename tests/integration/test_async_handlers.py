@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from django.test import override_settings
@@ -17,7 +17,9 @@ from django_durable_jobs.worker import event_loop as event_loop_module
 from django_durable_jobs.worker.event_loop import THREAD_NAME
 from django_durable_jobs.worker.loop import EXIT_OK, EXIT_RECYCLE
 from tests.factories import (
+    FAST_BACKOFF,
     HANDLER_THREAD_PREFIX,
+    WAIT_SECONDS,
     RunningWorker,
     burst,
     join_handler_threads,
@@ -27,17 +29,10 @@ from tests.factories import (
 from tests.testapp.jobs import gate
 from tests.testapp.models import Execution
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fast_backoff")]
 
 TIMEOUT_PATH = "django_durable_jobs.exceptions.JobTimeout"
 CANCELLED_PATH = "django_durable_jobs.exceptions.JobCancelled"
-FAST = {"BACKOFF_BASE_SECONDS": 0.01, "BACKOFF_MAX_SECONDS": 0.05}
-
-
-@pytest.fixture(autouse=True)
-def fast_backoff() -> Iterator[None]:
-    with override_settings(DURABLE_JOBS=FAST):
-        yield
 
 
 def config(**overrides: object) -> WorkerConfig:
@@ -232,7 +227,7 @@ def test_an_async_handler_that_swallows_cancellation_recycles_the_worker() -> No
         priority=5,
     ).job
     other = enqueue("tests.asleep", {"sleep": 1.5}, priority=4).job
-    with override_settings(DURABLE_JOBS={**FAST, "TIMEOUT_GRACE_SECONDS": 0.5}):
+    with override_settings(DURABLE_JOBS={**FAST_BACKOFF, "TIMEOUT_GRACE_SECONDS": 0.5}):
         running = RunningWorker(config(concurrency=2), daemon=True)
     try:
         running.thread.join(30)
@@ -277,7 +272,7 @@ def test_a_cancel_request_cancels_the_task_after_the_grace() -> None:
     # worker heard of the request, its task is cancelled and the job ends
     # cancelled, as the watchdog ends a sync handler's attempt then.
     job = enqueue("tests.async_cancelled", {"sleep": 60}).job
-    with override_settings(DURABLE_JOBS={**FAST, "TIMEOUT_GRACE_SECONDS": 1.0}):
+    with override_settings(DURABLE_JOBS={**FAST_BACKOFF, "TIMEOUT_GRACE_SECONDS": 1.0}):
         running = RunningWorker(config(concurrency=1), daemon=True)
     try:
         wait_until(lambda: Execution.objects.filter(job_id=job.pk).exists(), what="the start")
@@ -304,5 +299,5 @@ def test_a_shutdown_cancels_the_async_handlers_still_running_at_its_end() -> Non
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts) == (JobStatus.PENDING, 0)  # given back, uncounted
     # And its task was cancelled, not left behind.
-    wait_until(lambda: saw_cancelled_error(job.pk) == 1, 10, "the task's CancelledError")
+    wait_until(lambda: saw_cancelled_error(job.pk) == 1, WAIT_SECONDS, "the task's CancelledError")
     join_handler_threads(10)

@@ -26,7 +26,7 @@ from django_durable_jobs.authorization import Actor, os_login
 from django_durable_jobs.models import AuditEntry, Job, JobStatus, QueueState
 from tests.factories import Api, burst, client_for, make_job, make_operator, make_user
 
-from .test_api import assert_error
+from .helpers import assert_error
 
 pytestmark = pytest.mark.django_db
 

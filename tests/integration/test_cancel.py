@@ -4,7 +4,6 @@ for handlers that never check, the reaper, and the outcome's fence."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -44,14 +43,15 @@ from tests.factories import (
 from tests.testapp.jobs import cancel_seen, gate
 from tests.testapp.models import Execution
 
-from .helpers import new_connection
-from .test_metrics import scrape, value
+from .helpers import new_connection, scrape, value
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 CANCELLED_PATH = "django_durable_jobs.exceptions.JobCancelled"
-#: DESIGN.md: "within about a second"; a little slack for a loaded machine.
-ABOUT_A_SECOND = 1.5
+#: The cancel poll of the workers below that must not poll: far beyond any wait
+#: of these tests, so what reaches the handler came by NOTIFY. How fast it
+#: comes ("within about a second") is measured in benchmarks/reaction.py.
+NEVER = 3600.0
 
 
 def config(**overrides: object) -> WorkerConfig:
@@ -71,16 +71,16 @@ def api() -> Client:
     return client_for(make_operator())
 
 
-def cancel_over_rest(job_id: uuid.UUID) -> tuple[int, dict[str, Any], float]:
-    """POST /api/jobs/{id}/cancel: (status code, body, monotonic time it answered)."""
+def cancel_over_rest(job_id: uuid.UUID) -> tuple[int, dict[str, Any]]:
+    """POST /api/jobs/{id}/cancel: (status code, body)."""
     response = api().post(f"/api/jobs/{job_id}/cancel", {}, content_type="application/json")
-    return response.status_code, response.json(), time.monotonic()
+    return response.status_code, response.json()
 
 
 def worker_without_poll(**overrides: object) -> Worker:
     """A worker whose maintenance thread never polls for cancels: only NOTIFY can tell it."""
     worker = Worker(config(**overrides))
-    worker.maintenance.cancel_poll_interval = 3600.0
+    worker.maintenance.cancel_poll_interval = NEVER
     return worker
 
 
@@ -187,17 +187,18 @@ def test_a_cancel_outcome_is_fenced_by_the_lease_token() -> None:
 # --- the worker: a cooperative handler ------------------------------------------------
 
 
-def test_a_cooperative_handler_sees_the_cancel_by_notify_within_a_second() -> None:
+def test_a_cooperative_handler_sees_the_cancel_by_notify() -> None:
     queue = f"q-{uuid.uuid4().hex[:6]}"
     job = enqueue("tests.cancellable", queue=queue, max_attempts=3).job
     before = scrape()
     running = RunningWorker(worker_without_poll(queues=frozenset({queue})), daemon=True)
     try:
         wait_until(started(job.pk), what="the handler to start")
-        code, body, asked = cancel_over_rest(job.pk)
+        assert str(job.pk) not in cancel_seen
+        code, body = cancel_over_rest(job.pk)
         assert code == 202 and body["status"] == "running"
+        # The worker never polls for cancels: only the NOTIFY can tell it.
         wait_until(lambda: str(job.pk) in cancel_seen, what="the handler to see ctx.cancelled")
-        assert cancel_seen[str(job.pk)] - asked < ABOUT_A_SECOND
         wait_until(lambda: status_of(job.pk) == JobStatus.CANCELLED, what="the job to end")
     finally:
         assert running.stop() == EXIT_OK
@@ -213,15 +214,15 @@ def test_a_cooperative_handler_sees_the_cancel_by_notify_within_a_second() -> No
         assert value(after, name, **labels, result=result) == 0
 
 
-def test_without_listen_the_poll_tells_the_handler_within_a_second() -> None:
+def test_without_listen_the_poll_tells_the_handler() -> None:
     job = enqueue("tests.cancellable").job
     running = RunningWorker(config(listen=False), daemon=True)
     try:
         wait_until(started(job.pk), what="the handler to start")
+        assert str(job.pk) not in cancel_seen
         operations.cancel(job.pk)
-        asked = time.monotonic()
+        # No LISTEN: only the poll can tell it.
         wait_until(lambda: str(job.pk) in cancel_seen, what="the handler to see ctx.cancelled")
-        assert cancel_seen[str(job.pk)] - asked < ABOUT_A_SECOND
         wait_until(lambda: status_of(job.pk) == JobStatus.CANCELLED, what="the job to end")
     finally:
         assert running.stop() == EXIT_OK
@@ -276,8 +277,9 @@ def test_a_handler_that_ignores_the_cancel_is_ended_by_the_watchdog_after_the_gr
     finally:
         assert running.stop() == EXIT_OK  # no recycle: the thread came back in time
     row = assert_ended_cancelled(job.pk)
-    waited = (row.completed_at - row.cancel_requested_at).total_seconds()
-    assert 2.0 <= waited < 2.0 + ABOUT_A_SECOND + 1.0
+    # Not before the grace (the database's clock); the handler returned at 3 s,
+    # and the error below says the watchdog, not that return, ended it.
+    assert (row.completed_at - row.cancel_requested_at).total_seconds() >= 2.0
     entry = row.errors[-1]
     assert "had not stopped 2 s after the request" in entry["error"]
     assert "in ignores_cancel" in entry["traceback"]  # where the handler was

@@ -6,7 +6,6 @@ finished jobs, a backlog of pending ones (some delayed), a few running.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pytest
@@ -31,19 +30,10 @@ from django_durable_jobs.models import QueueMinuteStats
 from django_durable_jobs.pausing import pause_queue
 from django_durable_jobs.queue_overview import queue_overview
 
-from .helpers import seq_scanned
+from .helpers import explain, seq_scanned
 
 pytestmark = pytest.mark.django_db
 
-ROWS = {
-    # status: (count, available_at offset)
-    "completed": (38_000, "- interval '1 hour'"),
-    "pending": (6_000, "- interval '1 minute'"),
-    "pending_later": (3_000, "+ interval '1 hour'"),
-    "dead": (2_000, "- interval '1 day'"),
-    "running": (1_000, "- interval '1 minute'"),
-    "cancelled": (500, "- interval '1 day'"),
-}
 PARAMS = {
     "limit": 10,
     "worker_id": "w",
@@ -52,38 +42,6 @@ PARAMS = {
     "excluded": [],
     "keyed_types": [],
 }
-
-
-@pytest.fixture
-def big_table() -> None:
-    with connection.cursor() as cursor:
-        for status, (count, offset) in ROWS.items():
-            cursor.execute(
-                f"""
-                INSERT INTO durable_jobs_job (
-                    id, type, queue, payload, status, priority, attempts, max_attempts,
-                    available_at, created_at, updated_at, last_error, errors,
-                    lease_expires_at
-                )
-                SELECT gen_random_uuid(), 'tests.plan',
-                       (ARRAY['default', 'emails', 'reports'])[1 + i %% 3],
-                       '{{}}', %s, (i %% 5) - 2, 0, 5,
-                       now() {offset} + i * interval '1 ms', now(), now(), '', '[]',
-                       CASE WHEN %s = 'running' THEN now() + interval '30 seconds' END
-                FROM generate_series(1, %s) AS i
-                """,  # noqa: S608 (offset is the test's own constant)
-                [status.split("_")[0], status.split("_")[0], count],
-            )
-        cursor.execute("ANALYZE durable_jobs_job")
-        cursor.execute("SELECT count(*) FROM durable_jobs_job")
-        assert cursor.fetchone()[0] >= 50_000
-
-
-def explain(sql: str, params: dict[str, object]) -> str:
-    """The plan as JSON text (EXPLAIN without ANALYZE: the UPDATE does not run)."""
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
-        return json.dumps(cursor.fetchone()[0])
 
 
 @pytest.mark.parametrize("query", ["claim_jobs", "claim_jobs_in_queues"])

@@ -20,7 +20,7 @@ from django_durable_jobs.models import Job, JobStatus, QueueState
 from django_durable_jobs.pausing import paused_queues
 from tests.factories import make_job
 
-from .test_held_back import HELD_BY_HOLD_JOBS_BACK, LIMITED, hold_jobs_back
+from .helpers import HELD_BY_HOLD_JOBS_BACK, LIMITED, hold_jobs_back
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

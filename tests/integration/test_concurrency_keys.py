@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db.models import Q
 from django.utils import timezone
 
 from django_durable_jobs import InvalidJob, db, enqueue, enqueue_many
@@ -22,28 +23,11 @@ from tests.factories import (
     worker_config,
 )
 
-from .helpers import run_in_threads
+from .helpers import drain_with, run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SERIAL = {"tests.serial": 1}
-
-
-def drain_with(workers: int, count: int, **config: object) -> list[Job]:
-    running = [
-        RunningWorker(worker_config(burst=False, **{"concurrency": 4, **config}))
-        for _ in range(workers)
-    ]
-    try:
-        wait_until(
-            lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() >= count,
-            timeout=60,
-            what=f"{count} jobs to complete",
-        )
-    finally:
-        for worker in running:
-            worker.stop()
-    return list(Job.objects.all())
 
 
 def test_one_key_never_runs_two_jobs_at_once_over_three_workers_and_keys_run_side_by_side() -> None:
@@ -79,8 +63,11 @@ def test_a_busy_key_does_not_block_other_keys_and_its_oldest_job_runs_first() ->
     try:
         wait_until(
             lambda: Job.objects.get(pk=other.pk).status == JobStatus.COMPLETED,
-            timeout=5,
-            what="key b's job to run while key a is busy",
+            what="key b's job to run",
+        )
+        wait_until(
+            lambda: Job.objects.filter(concurrency_key="a").exclude(started_at=None).count() >= 2,
+            what="key a's second job to start",
         )
     finally:
         running.stop()
@@ -88,7 +75,8 @@ def test_a_busy_key_does_not_block_other_keys_and_its_oldest_job_runs_first() ->
     assert first[0].payload["i"] == 0  # the oldest job of the key first
     other.refresh_from_db()
     assert other.started_at is not None
-    assert other.started_at - first[0].started_at < timedelta(seconds=0.3)
+    # While key a was busy with its first job: before its second one could start.
+    assert other.started_at < first[1].started_at
 
 
 def test_racing_claims_on_one_free_key_start_one_job_each_round() -> None:
@@ -155,7 +143,6 @@ def test_a_dead_worker_s_job_holds_its_key_only_until_its_lease_expires() -> Non
         lambda: db.claim_keyed(
             "default", worker_id="w", lease_seconds=30, limit=1, key_limits=SERIAL
         ),
-        timeout=5,
         what="the key to free once the dead worker's lease expired",
     )
     assert Job.objects.get(pk=waiting.pk).status == JobStatus.RUNNING
@@ -200,14 +187,19 @@ def test_jobs_without_a_key_still_start_promptly_while_keyed_jobs_keep_the_worke
             lambda: all(
                 Job.objects.get(pk=j.pk).status == JobStatus.COMPLETED for j in (notified, due)
             ),
-            timeout=10,
             what="the jobs without a key",
         )
-        keyed_left = Job.objects.filter(type="tests.serial").exclude(status=JobStatus.COMPLETED)
-        assert keyed_left.exists()  # they did not wait for the keyed backlog to drain
     finally:
         running.stop()
     notified.refresh_from_db()
     due.refresh_from_db()
-    assert notified.started_at - notified.created_at < timedelta(seconds=1)
-    assert due.started_at - due.available_at < timedelta(seconds=1)
+    assert notified.started_at is not None and due.started_at is not None
+    assert due.started_at >= due.available_at
+    # They did not wait for the keyed backlog to drain: some keyed job started
+    # after both of them (or never did). Order, by the database's clock; how
+    # soon they start is not a test's business on a shared machine.
+    latest = max(notified.started_at, due.started_at)
+    later_keyed = Job.objects.filter(type="tests.serial").filter(
+        Q(started_at=None) | Q(started_at__gt=latest)
+    )
+    assert later_keyed.exists()

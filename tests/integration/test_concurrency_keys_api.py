@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from django_durable_jobs.models import Job
+from tests.factories import Api
 
-from .test_api import Api, assert_error, job_body
+from .helpers import assert_error, job_body
 
 pytestmark = pytest.mark.django_db
 

@@ -14,8 +14,9 @@ from django.test import Client
 
 from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job, JobDependency
+from tests.factories import Api
 
-from .test_api import Api, job_body
+from .helpers import job_body
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,13 @@ from prometheus_client import REGISTRY
 from django_durable_jobs import enqueue_many
 from django_durable_jobs.models import Job, JobStatus, WorkerProcess
 from django_durable_jobs.worker import Worker, WorkerConfig
-from tests.factories import RunningWorker, handler_threads, join_handler_threads, worker_config
+from tests.factories import (
+    WAIT_SECONDS,
+    RunningWorker,
+    handler_threads,
+    join_handler_threads,
+    worker_config,
+)
 from tests.factories import wait_until as wait_for
 from tests.testapp.jobs import gate
 from tests.testapp.models import Execution
@@ -90,9 +96,9 @@ def test_the_pool_grows_under_a_backlog_and_shrinks_when_idle(
     worker = Worker(config(concurrency=2, max_concurrency=8))
     ids = backlog(40, 0.4)
     run = running(worker)
-    wait_for(lambda: worker.slots == 2, 10, "the pool to start at its minimum")
+    wait_for(lambda: worker.slots == 2, WAIT_SECONDS, "the pool to start at its minimum")
     # The backlog keeps every slot busy: the pool grows to its maximum.
-    wait_for(lambda: worker.slots == 8, 20, "the pool to grow to 8")
+    wait_for(lambda: worker.slots == 8, WAIT_SECONDS, "the pool to grow to 8")
     assert gauge() == 8
     peak = 0
 
@@ -105,18 +111,20 @@ def test_the_pool_grows_under_a_backlog_and_shrinks_when_idle(
     wait_for(sampled_until_done, 60, "the backlog", interval=0.05)
     assert peak <= 8
     # Quiet for scale_down_after (1 s): back to the minimum, threads stopped.
-    wait_for(lambda: worker.slots == 2, 15, "the pool to shrink to 2")
+    wait_for(lambda: worker.slots == 2, WAIT_SECONDS, "the pool to shrink to 2")
     assert gauge() == 2
-    wait_for(lambda: len(handler_threads() - threads_before) == 2, 10, "idle threads to exit")
+    wait_for(
+        lambda: len(handler_threads() - threads_before) == 2, WAIT_SECONDS, "idle threads to exit"
+    )
     # The workers table shows the current size from the next heartbeat (every 1 s).
     wait_for(
         lambda: WorkerProcess.objects.filter(id=worker.config.worker_id, concurrency=2).exists(),
-        10,
+        WAIT_SECONDS,
         "the workers table to show 2 slots",
     )
     # The smaller pool still works, and can grow again.
     more = backlog(12, 0.3)
-    wait_for(lambda: worker.slots > 2, 20, "the pool to grow again")
+    wait_for(lambda: worker.slots > 2, WAIT_SECONDS, "the pool to grow again")
     wait_for(
         lambda: Job.objects.filter(pk__in=more, status=JobStatus.COMPLETED).count() == 12,
         30,
@@ -139,30 +147,30 @@ def test_a_busy_slot_is_never_stopped_a_job_runs_to_its_end(
     worker = Worker(config(concurrency=1, max_concurrency=4))
     try:
         running(worker)
-        wait_for(lambda: worker.slots == 4, 20, "the pool to grow to 4")
+        wait_for(lambda: worker.slots == 4, WAIT_SECONDS, "the pool to grow to 4")
         wait_for(
             lambda: Job.objects.filter(pk__in=short, status=JobStatus.COMPLETED).count() == 6,
-            20,
+            WAIT_SECONDS,
             "the short jobs",
         )
         # The long jobs run until their gate opens: the pool shrinks around
         # them, to the two slots they use, not to its minimum of one.
-        wait_for(lambda: worker.slots == 2, 10, "the pool to shrink to 2")
+        wait_for(lambda: worker.slots == 2, WAIT_SECONDS, "the pool to shrink to 2")
         assert Job.objects.filter(pk__in=long, status=JobStatus.RUNNING).count() == 2
         # Another quiet period: the group looks again (a new window starts,
         # or it shrinks), and keeps its two busy slots.
         (group,) = worker._groups
         window = group.next_shrink_at()
-        wait_for(lambda: group.next_shrink_at() != window, 15, "another quiet period")
+        wait_for(lambda: group.next_shrink_at() != window, WAIT_SECONDS, "another quiet period")
         assert worker.slots == 2
     finally:
         gate(name).set()
     wait_for(
         lambda: Job.objects.filter(pk__in=long, status=JobStatus.COMPLETED).count() == 2,
-        20,
+        WAIT_SECONDS,
         "the long jobs",
     )
-    wait_for(lambda: worker.slots == 1, 10, "the pool to shrink to 1")
+    wait_for(lambda: worker.slots == 1, WAIT_SECONDS, "the pool to shrink to 1")
     assert_each_ran_exactly_once([*long, *short])
 
 
@@ -201,10 +209,12 @@ def test_elastic_slots_per_queue(running: Callable[[Worker], Running]) -> None:
     webhooks = backlog(4, 0.3, queue="webhooks")
     worker = Worker(config(queue_slots={"emails": (1, 3), "webhooks": 1}))
     run = running(worker)
-    wait_for(lambda: worker.slots_by_group()["emails"] == 3, 20, "emails to grow to 3")
+    wait_for(lambda: worker.slots_by_group()["emails"] == 3, WAIT_SECONDS, "emails to grow to 3")
     assert worker.slots_by_group()["webhooks"] == 1  # a fixed group never grows
     wait_for(lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() == 24, 30, "every job")
-    wait_for(lambda: worker.slots_by_group() == {"emails": 1, "webhooks": 1}, 15, "shrinking")
+    wait_for(
+        lambda: worker.slots_by_group() == {"emails": 1, "webhooks": 1}, WAIT_SECONDS, "shrinking"
+    )
     run.stop()
     assert_each_ran_exactly_once(emails + webhooks)
     results = Job.objects.values_list("queue", "result")

@@ -13,60 +13,14 @@ import pytest
 from django.test import override_settings
 
 from django_durable_jobs import db, enqueue, enqueue_many
-from django_durable_jobs.flow import queue_limits
-from django_durable_jobs.handlers import registry
-from django_durable_jobs.held_back import held_back, nothing_held
+from django_durable_jobs.held_back import held_back
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.pausing import pause_queue
 from tests.factories import expire
 
+from .helpers import LIMITED, claim_from, claim_key, held, jobs
+
 pytestmark = pytest.mark.django_db
-
-LIMITED = {
-    "QUEUES": {
-        "narrow": {"concurrency": 2},
-        "throttled": {"rate_limit": "2/m"},
-        "both": {"concurrency": 1, "rate_limit": "1/m"},
-        "roomy": {"concurrency": 100, "rate_limit": "100/s"},
-    }
-}
-
-
-def held(reason: str, count: int) -> dict[str, int]:
-    return {**nothing_held(), reason: count}
-
-
-def jobs(queue: str, count: int, **row: object) -> None:
-    enqueue_many([{"type": "tests.record", "queue": queue, **row}] * count)
-
-
-def claim_from(queue: str, want: int) -> int:
-    """Claim ``want`` jobs of a limited queue as a worker does; how many it got."""
-    for _ in range(2):  # the queue's first claim creates its throttle row and gets nothing
-        claimed = db.claim_limited(
-            "default",
-            worker_id="w",
-            lease_seconds=30,
-            queue=queue,
-            limits=queue_limits()[queue],
-            want=want,
-            key_limits=registry.concurrency_limits(),
-        )
-        if not claimed.busy:
-            return len(claimed.jobs)
-    raise AssertionError(f"the throttle row of {queue} stays locked")
-
-
-def claim_key(limit: int = 1) -> None:
-    """Claim ``limit`` keyed jobs, within their keys' limits, as a worker does."""
-    claimed = db.claim_keyed(
-        "default",
-        worker_id="w",
-        lease_seconds=30,
-        limit=limit,
-        key_limits=registry.concurrency_limits(),
-    )
-    assert len(claimed) == limit
 
 
 def test_nothing_is_held_without_pauses_or_limits() -> None:
@@ -171,28 +125,3 @@ def test_limits_with_room_hold_nothing() -> None:
         jobs("roomy", 3)
         assert claim_from("roomy", 1) == 1
         assert held_back("default") == {}
-
-
-#: What ``hold_jobs_back()`` leaves held back, per queue (the others: nothing).
-HELD_BY_HOLD_JOBS_BACK = {
-    "narrow": held("concurrency", 3),
-    "parked": held("paused", 3),
-    "default": held("key", 2),
-}
-
-
-def hold_jobs_back() -> None:
-    """One queue of each kind, for the front ends' tests (run under ``LIMITED``).
-
-    ``narrow`` at its concurrency, ``parked`` paused, ``default`` (no limits)
-    with a busy key, ``other`` with plain runnable jobs; ``throttled`` is
-    declared and holds no job.
-    """
-    jobs("narrow", 5)
-    assert claim_from("narrow", 5) == 2
-    jobs("parked", 3)
-    pause_queue("parked")
-    enqueue_many([{"type": "tests.serial", "concurrency_key": "a"}] * 3)
-    claim_key()
-    jobs("other", 2)
-    assert held_back("default") == HELD_BY_HOLD_JOBS_BACK

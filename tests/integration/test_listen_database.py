@@ -21,7 +21,7 @@ from django_durable_jobs.checks import check_listen_database, check_settings
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.waiting.listener import ThreadWaiter, listener_for
 from django_durable_jobs.worker import Worker
-from tests.factories import RunningWorker, wait_until, worker_config
+from tests.factories import WAIT_SECONDS, RunningWorker, wait_until, worker_config
 
 from .helpers import new_connection
 
@@ -97,12 +97,12 @@ def test_the_worker_listens_on_listen_database_and_its_probe_arrives(
         try:
             assert worker.config.listen_alias == "listen"
             assert worker.listener is not None and worker.listener.listen_alias == "listen"
-            wait_until(lambda: worker.notifications_arriving is True, 10, "the probe")
+            wait_until(lambda: worker.notifications_arriving is True, WAIT_SECONDS, "the probe")
             assert listening_apps() == [LISTEN_APP]
             job = enqueue("tests.record").job
             wait_until(
                 lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED,
-                10,
+                WAIT_SECONDS,
                 "the job, woken by its notification",
             )
             assert worker.health_notes() == []
@@ -120,7 +120,9 @@ def test_a_reconnected_listener_probes_again() -> None:
         try:
             assert worker.listener is not None and worker.listener.probe is not None
             probe = worker.listener.probe
-            wait_until(lambda: worker.notifications_arriving is True, 10, "the first probe")
+            wait_until(
+                lambda: worker.notifications_arriving is True, WAIT_SECONDS, "the first probe"
+            )
             assert probe._sent == 1
             with new_connection() as conn:
                 conn.execute(
@@ -128,7 +130,7 @@ def test_a_reconnected_listener_probes_again() -> None:
                     "WHERE datname = current_database() AND application_name = %s",
                     [LISTEN_APP],
                 )
-            wait_until(lambda: probe._sent == 2, 15, "a probe after the reconnect")
+            wait_until(lambda: probe._sent == 2, WAIT_SECONDS, "a probe after the reconnect")
             assert worker.notifications_arriving is True
         finally:
             running.stop()
@@ -138,7 +140,7 @@ def test_without_listen_database_the_worker_listens_on_its_own_database() -> Non
     running = RunningWorker(worker_config(burst=False, poll_interval=30.0))
     try:
         assert running.worker.config.listen_alias == "default"
-        wait_until(lambda: running.worker.notifications_arriving is True, 10, "the probe")
+        wait_until(lambda: running.worker.notifications_arriving is True, WAIT_SECONDS, "the probe")
         assert LISTEN_APP not in listening_apps()
     finally:
         running.stop()
@@ -187,7 +189,9 @@ def test_a_listener_that_hears_nothing_is_detected_once_and_the_worker_polls(
     worker.listener.probe.interval = 1.0
     running = RunningWorker(worker)
     try:
-        wait_until(lambda: worker.notifications_arriving is False, 10, "the probe to be missed")
+        wait_until(
+            lambda: worker.notifications_arriving is False, WAIT_SECONDS, "the probe to be missed"
+        )
         assert worker.health_notes() == [
             "notifications: not arriving (polling every 0.5s; see DURABLE_JOBS['LISTEN_DATABASE'])"
         ]
@@ -197,12 +201,12 @@ def test_a_listener_that_hears_nothing_is_detected_once_and_the_worker_polls(
         job = enqueue("tests.record").job
         wait_until(
             lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED,
-            10,
+            WAIT_SECONDS,
             "the job, found by the poll",
         )
         # More probes went out and were missed (interval 1 s): still one warning.
         probe = worker.listener.probe
-        wait_until(lambda: probe._sent >= 3, 10, "more probes")
+        wait_until(lambda: probe._sent >= 3, WAIT_SECONDS, "more probes")
     finally:
         running.stop()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -18,10 +18,9 @@ from typing import Any
 
 import pytest
 from django.db import OperationalError, connection
-from django.test import Client, override_settings
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from prometheus_client.parser import text_string_to_metric_families
 
 from django_durable_jobs import enqueue, enqueue_many, metrics
 from django_durable_jobs.models import Job, JobStatus, ScheduleState
@@ -39,27 +38,11 @@ from tests.factories import (
 )
 from tests.factories import worker_config as config
 
-from .test_worker import drain_until_settled, fast_backoff  # noqa: F401  (fast_backoff: the fixture)
+from .helpers import drain_until_settled, scrape, value
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fast_backoff")]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def scrape() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    response = Client().get("/metrics")
-    assert response.status_code == 200
-    samples = {}
-    for family in text_string_to_metric_families(response.content.decode()):
-        for sample in family.samples:
-            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
-    return samples
-
-
-def value(
-    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
-) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 @pytest.fixture

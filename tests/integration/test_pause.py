@@ -1,12 +1,16 @@
 """Pausing and resuming a queue: the Python API, the gateway and the worker, on PostgreSQL.
 
-Workers here poll rarely (30 s), so that a test passing within seconds shows
-the notification (or the pause's own end time) did the work, not a poll.
+Workers here poll once an hour, far beyond any wait of these tests, so that an
+event that comes at all shows the notification (or the pause's own end time)
+did the work, not a poll. How soon it comes is measured in
+benchmarks/reaction.py, never asserted here.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
+import statistics
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -19,13 +23,20 @@ from django_durable_jobs import db, enqueue
 from django_durable_jobs.exceptions import InvalidPause
 from django_durable_jobs.models import Job, JobStatus, QueueState
 from django_durable_jobs.pausing import pause_queue, paused_queues, resume_queue
-from tests.factories import RunningWorker, burst, make_job, wait_until, worker_config
+from tests.factories import (
+    WAIT_SECONDS,
+    RunningWorker,
+    burst,
+    make_job,
+    wait_until,
+    worker_config,
+)
 
 from .helpers import new_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-RARE_POLL = 30.0
+RARE_POLL = 3600.0
 
 
 def status(job: Job) -> str:
@@ -135,7 +146,7 @@ def test_pause_and_resume_notify_the_workers_at_commit() -> None:
         pause_queue("emails")
         resume_queue("emails")
         resume_queue("emails")  # not paused: no notification
-        payloads = [n.payload for n in listener.notifies(timeout=2, stop_after=2)]
+        payloads = [n.payload for n in listener.notifies(timeout=WAIT_SECONDS, stop_after=2)]
         assert payloads == ["queue_state:emails", "queue_state:emails"]
         assert list(listener.notifies(timeout=0.3)) == []
 
@@ -187,35 +198,32 @@ def test_paused_queues_reads_the_seconds_left_by_the_database_clock() -> None:
 # -- the worker ---------------------------------------------------------------------
 
 
-def test_a_running_worker_stops_claiming_a_paused_queue_within_a_second(
+def test_a_running_worker_stops_claiming_a_paused_queue_when_notified(
     running: RunningWorker,
 ) -> None:
     before = enqueue("tests.record", {}, queue="emails").job
     wait_until(lambda: completed(before), what="the first job")
-    paused_at = time.monotonic()
     pause_queue("emails")
     # Enqueued after the pause: its notification comes after the pause's.
     held = enqueue("tests.record", {}, queue="emails").job
     other = enqueue("tests.record", {}, queue="default").job
-    wait_until(lambda: completed(other), timeout=5, what="the other queue's job")
-    wait_until(lambda: running.worker.paused.names == {"emails"}, timeout=1.5)
-    assert time.monotonic() - paused_at < 5  # not the 30 s poll
+    wait_until(lambda: completed(other), what="the other queue's job")
+    # The next poll is an hour away: the pause's notification told the worker.
+    wait_until(lambda: running.worker.paused.names == {"emails"}, what="the worker to hear")
     assert status(held) == JobStatus.PENDING
-    # Resumed: the held job runs at once, not at the next poll.
-    resumed_at = time.monotonic()
+    # Resumed: the held job runs on the resume's notification, not at the next poll.
     resume_queue("emails")
-    wait_until(lambda: completed(held), timeout=5, what="the held job after resume")
-    assert time.monotonic() - resumed_at < 5
+    wait_until(lambda: completed(held), what="the held job after resume")
     assert running.worker.paused.names == frozenset()
 
 
 def test_a_pause_for_a_while_lifts_itself_in_a_running_worker(running: RunningWorker) -> None:
     state = pause_queue("emails", timedelta(seconds=1))
     held = enqueue("tests.record", {}, queue="emails").job
-    wait_until(lambda: running.worker.paused.names == {"emails"}, timeout=5)
-    # No notification lifts it, and the next poll is 30 s away: the worker
+    wait_until(lambda: running.worker.paused.names == {"emails"}, what="the worker to hear")
+    # No notification lifts it, and the next poll is an hour away: the worker
     # woke at the end time by itself.
-    wait_until(lambda: completed(held), timeout=10, what="the job after the pause lifted")
+    wait_until(lambda: completed(held), what="the job after the pause lifted")
     started = Job.objects.get(pk=held.pk).started_at
     assert state.paused_until is not None and started is not None
     assert started >= state.paused_until
@@ -226,13 +234,13 @@ def test_a_worker_without_notifications_sees_a_pause_at_its_next_poll() -> None:
     try:
         wait_until(lambda: worker.worker.loop_alive)
         pause_queue("emails")
-        wait_until(lambda: worker.worker.paused.names == {"emails"}, timeout=5)
+        wait_until(lambda: worker.worker.paused.names == {"emails"}, what="the next poll")
         held = enqueue("tests.record", {}, queue="emails").job
         other = enqueue("tests.record", {}, queue="default").job
         wait_until(lambda: completed(other), what="the other queue's job")
         assert status(held) == JobStatus.PENDING
         resume_queue("emails")
-        wait_until(lambda: completed(held), timeout=5, what="the held job after resume")
+        wait_until(lambda: completed(held), what="the held job after resume")
     finally:
         worker.stop()
 
@@ -268,12 +276,13 @@ def test_an_idle_worker_does_not_spin_on_a_paused_queues_runnable_jobs() -> None
     with mock.patch.object(db, "claim", counting):
         worker = RunningWorker(worker_config(burst=False, poll_interval=0.25, listen=False))
         try:
-            wait_until(lambda: len(calls) >= 2, what="two polls")
-            time.sleep(1.0)
+            wait_until(lambda: len(calls) >= 6, what="six polls")
         finally:
             worker.stop()
-    # About one claim per poll interval (0.25 s): never a busy loop.
-    assert len(calls) < 12, len(calls)
+    # About one claim per poll interval (0.25 s), never a busy loop (whose gaps
+    # are milliseconds). A gap can only grow on a busy machine, never shrink.
+    gaps = [later - earlier for earlier, later in itertools.pairwise(calls)]
+    assert statistics.median(gaps) >= 0.2, gaps
 
 
 def test_a_claim_that_has_not_heard_of_a_pause_still_leaves_the_paused_queue_alone() -> None:

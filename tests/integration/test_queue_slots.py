@@ -22,8 +22,7 @@ from tests.factories import RunningWorker, wait_until, worker_config
 from tests.testapp.jobs import gate
 from tests.testapp.models import Execution
 
-from .helpers import seq_scanned
-from .test_claim_plan import big_table, explain  # noqa: F401  (a fixture, used by name)
+from .helpers import explain, seq_scanned
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -150,7 +149,7 @@ def test_bad_queue_slots_are_clear_errors() -> None:
     assert config(queue_slots={"emails": (1, 4)}).slots_per_queue == {"emails": Slots(1, 4)}
 
 
-def test_the_per_queue_claim_uses_the_claim_by_queue_index(big_table: None) -> None:  # noqa: F811
+def test_the_per_queue_claim_uses_the_claim_by_queue_index(big_table: None) -> None:
     params = {
         "worker_id": "w",
         "lease_seconds": 30,
@@ -165,7 +164,7 @@ def test_the_per_queue_claim_uses_the_claim_by_queue_index(big_table: None) -> N
 
 
 def test_the_per_queue_claim_takes_each_queues_best_jobs_up_to_its_limit(
-    big_table: None,  # noqa: F811
+    big_table: None,
 ) -> None:
     with connection.cursor() as cursor:
         expected: set[uuid.UUID] = set()
@@ -190,7 +189,7 @@ def test_the_per_queue_claim_takes_each_queues_best_jobs_up_to_its_limit(
     assert all(row[4] == 1 for row in rows)  # the attempt is counted
 
 
-def test_a_queue_of_few_rows_is_claimed_by_index_past_a_big_backlog(big_table: None) -> None:  # noqa: F811
+def test_a_queue_of_few_rows_is_claimed_by_index_past_a_big_backlog(big_table: None) -> None:
     plan = explain(
         QUERIES["claim_jobs_per_queue"],
         {

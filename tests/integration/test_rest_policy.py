@@ -23,7 +23,7 @@ from django_durable_jobs.models import AuditEntry, Job, JobStatus
 from django_durable_jobs.registry import job
 from tests.factories import Api, make_job, make_operator, make_user
 
-from .test_api import assert_error
+from .helpers import assert_error
 
 pytestmark = pytest.mark.django_db
 

@@ -16,9 +16,9 @@ from django.test import Client, override_settings
 from django.utils import timezone
 
 from django_durable_jobs.models import Job, WorkerProcess
+from tests.factories import BAD_QUEUES, GOOD_QUEUES, Api
 
-from ..unit.test_rules import BAD_QUEUES, GOOD_QUEUES
-from .test_api import Api, assert_error, job_body
+from .helpers import assert_error, job_body
 
 pytestmark = pytest.mark.django_db
 

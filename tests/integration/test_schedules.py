@@ -26,10 +26,9 @@ from django_durable_jobs.models import Job, JobStatus, ScheduleState
 from django_durable_jobs.schedules import MISSED_TICK_GRACE, Schedule, tick_from_key
 from django_durable_jobs.worker import Worker, WorkerConfig
 from django_durable_jobs.worker.scheduler import Scheduler
-from tests.factories import run_worker_until, wait_until
+from tests.factories import Api, make_user, run_worker_until, wait_until
 
-from .helpers import run_in_threads
-from .test_api import SLASHES, Api, assert_error, make_user
+from .helpers import SLASHES, assert_error, run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

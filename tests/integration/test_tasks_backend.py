@@ -39,17 +39,9 @@ from tests.testapp.models import Execution
 
 from .helpers import run_in_threads
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fast_backoff")]
 
 DURABLE = "django_durable_jobs.tasks.backend.DurableJobsBackend"
-
-
-@pytest.fixture(autouse=True)
-def fast_backoff():  # type: ignore[no-untyped-def]
-    with override_settings(
-        DURABLE_JOBS={"BACKOFF_BASE_SECONDS": 0.01, "BACKOFF_MAX_SECONDS": 0.05}
-    ):
-        yield
 
 
 def burst(**overrides: Any) -> Worker:

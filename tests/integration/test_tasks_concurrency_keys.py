@@ -24,10 +24,10 @@ from django_durable_jobs import IdempotencyConflict, InvalidJob, db, hooks
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.tasks import task_options
 from django_durable_jobs.tasks.bridge import task_concurrency_limits
+from tests.factories import most_running_at_once
 from tests.testapp import tasks
 
-from .test_concurrency_keys import drain_with
-from .test_queue_limits import most_running_at_once
+from .helpers import drain_with
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -12,8 +12,9 @@ from django.test import Client, override_settings
 
 from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job
+from tests.factories import Api
 
-from .test_api import Api, assert_error, job_body
+from .helpers import assert_error, job_body
 
 pytestmark = pytest.mark.django_db
 

@@ -37,14 +37,6 @@ SYSTEM = "django_durable_jobs"
 
 
 @pytest.fixture
-def fast_backoff() -> Iterator[None]:
-    with override_settings(
-        DURABLE_JOBS={"BACKOFF_BASE_SECONDS": 0.01, "BACKOFF_MAX_SECONDS": 0.05}
-    ):
-        yield
-
-
-@pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
     with captured_spans() as exporter:
         yield exporter
@@ -470,7 +462,7 @@ print("ok")
 
 
 def test_without_opentelemetry_installed() -> None:
-    from tests.e2e.conftest import test_database_url
+    from tests.e2e.helpers import test_database_url
 
     result = subprocess.run(
         [sys.executable, "-c", NO_OPENTELEMETRY],

@@ -42,20 +42,12 @@ from tests.factories import (
 from tests.testapp.jobs import gate
 from tests.testapp.models import Execution
 
-from .helpers import new_connection
+from .helpers import drain_until_settled, new_connection
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("fast_backoff"),
 ]
-
-
-@pytest.fixture
-def fast_backoff():  # type: ignore[no-untyped-def]
-    with override_settings(
-        DURABLE_JOBS={"BACKOFF_BASE_SECONDS": 0.01, "BACKOFF_MAX_SECONDS": 0.05}
-    ):
-        yield
 
 
 def config(**overrides: object) -> WorkerConfig:
@@ -65,20 +57,6 @@ def config(**overrides: object) -> WorkerConfig:
 def drain(**overrides: object) -> Worker:
     """Run a burst worker until nothing runnable is left (retries included)."""
     return burst(**overrides)
-
-
-def drain_until_settled(timeout: float = 30, **overrides: object) -> None:
-    """Burst workers again until no job is pending or running (retries wait a little)."""
-
-    def settled() -> bool:
-        if not Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING]).exists():
-            return True
-        drain(**overrides)
-        return False
-
-    wait_until(
-        settled, timeout, f"the jobs to settle: {list(Job.objects.values('type', 'status'))}"
-    )
 
 
 def test_jobs_complete_with_their_results() -> None:
@@ -476,12 +454,33 @@ def test_a_notification_wakes_an_idle_worker_at_once(monkeypatch: pytest.MonkeyP
     assert job.started_at - job.created_at < timedelta(seconds=60)
 
 
-def test_the_database_connection_of_the_test_is_untouched() -> None:
-    # The worker closes its own connections; the test's still works.
-    enqueue("tests.record")
+SESSION_SETTINGS = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
+
+
+def session_settings() -> list[str]:
+    with connection.cursor() as cursor:
+        values = []
+        for name in SESSION_SETTINGS:
+            cursor.execute(f"SHOW {name}")
+            values.append(cursor.fetchone()[0])
+        return values
+
+
+def test_a_burst_worker_leaves_the_calling_thread_s_connection_usable() -> None:
+    # A burst worker run in the caller's thread shares that thread's Django
+    # connection (it may close it: Django reconnects). It must hand it back
+    # clean: autocommit, no transaction left open or broken, no session
+    # setting of its own, and working.
+    before = session_settings()
+    job = enqueue("tests.record").job
     drain()
+    assert Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED  # the worker did run
+    assert connection.get_autocommit()
+    assert not connection.in_atomic_block and not connection.needs_rollback
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
+        assert cursor.fetchone() == (1,)
+    assert session_settings() == before
 
 
 def test_an_impossible_retry_delay_falls_back_to_the_backoff() -> None:

@@ -16,7 +16,7 @@ from django_durable_jobs.db.records import Transition
 from django_durable_jobs.worker.attempts import State
 from django_durable_jobs.worker.executor import execute
 
-from .test_timeouts import POLICY, Recorder, claimed, context, make_watchdog
+from .helpers import POLICY, Recorder, claimed, context, make_watchdog
 
 CANCELLED_PATH = "django_durable_jobs.exceptions.JobCancelled"
 

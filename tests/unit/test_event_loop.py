@@ -21,7 +21,7 @@ from django_durable_jobs.worker import event_loop as event_loop_module
 from django_durable_jobs.worker.attempts import Attempt
 from django_durable_jobs.worker.event_loop import THREAD_NAME, EventLoop, SlotThreadExecutor
 from django_durable_jobs.worker.stacks import coroutine_stack
-from tests.factories import claimed_job, wait_until
+from tests.factories import WAIT_SECONDS, claimed_job, wait_until
 
 
 def context(flag: CancelFlag | None = None, timeout: float | None = None) -> JobContext:
@@ -203,7 +203,7 @@ def stack_while_running(loop: EventLoop, held: Any, handler: Any) -> str:
     stacks: list[str] = []
 
     def read() -> None:
-        wait_until(lambda: held.task_stack is not None, 5, "the task")
+        wait_until(lambda: held.task_stack is not None, WAIT_SECONDS, "the task")
         time.sleep(0.1)
         assert held.task_stack is not None
         stacks.append(held.task_stack())
@@ -261,7 +261,7 @@ def test_stop_lets_a_slot_thread_waiting_for_a_stuck_task_go(loop: EventLoop) ->
 
     thread = threading.Thread(target=slot)
     thread.start()
-    wait_until(lambda: loop.running, 5, "the loop")
+    wait_until(lambda: loop.running, WAIT_SECONDS, "the loop")
     time.sleep(0.1)
     loop.stop(timeout=5)
     thread.join(5)

@@ -37,12 +37,9 @@ from django_durable_jobs.validation import (
 )
 from django_durable_jobs.worker import WorkerConfig
 from django_durable_jobs.worker.slots import Slots, check_queue_slots, parse_queues
+from tests.factories import BAD_QUEUES, GOOD_QUEUES
 
 # --- queue names ------------------------------------------------------------------
-
-GOOD_QUEUES = ["default", "emails", "reports.v2", "a-b_c", "_private", "0", "q" * 100]
-# Without "," and ":": on the command line those separate queues and slots.
-BAD_QUEUES = ["bad queue", "q" * 101, ".hidden", "-dash", "é", "a/b", "a;b", "a\x00b"]
 
 
 def _enqueue_door(name: str) -> None:

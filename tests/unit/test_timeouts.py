@@ -19,33 +19,15 @@ import django_durable_jobs
 from django_durable_jobs import InvalidJob, JobContext, JobTimeout, job
 from django_durable_jobs.conf import jobs_settings
 from django_durable_jobs.context import CancelFlag
-from django_durable_jobs.db.records import ClaimedJob, Outcome, Transition
+from django_durable_jobs.db.records import ClaimedJob, Transition
 from django_durable_jobs.registry import registry
 from django_durable_jobs.validation import build_spec, validate_timeout
 from django_durable_jobs.worker.attempts import AttemptTable, State
-from django_durable_jobs.worker.executor import RetryPolicy, execute, timed_out
+from django_durable_jobs.worker.executor import execute, timed_out
 from django_durable_jobs.worker.watchdog import Watchdog, effective_timeout
-from tests.factories import claimed_job, wait_until
+from tests.factories import WAIT_SECONDS, wait_until
 
-POLICY = RetryPolicy(base=1.0, cap=10.0, jitter=0.0)
-
-
-def claimed(timeout: float | None = None, type: str = "unit.t", attempt: int = 1) -> ClaimedJob:
-    return claimed_job(timeout=timeout, type=type, attempt=attempt)
-
-
-def context(**kwargs: Any) -> JobContext:
-    values: dict[str, Any] = {
-        "id": uuid.uuid4(),
-        "type": "t",
-        "queue": "default",
-        "payload": {},
-        "attempt": 1,
-        "max_attempts": 5,
-    }
-    values.update(kwargs)
-    return JobContext(**values)
-
+from .helpers import POLICY, Recorder, claimed, context, make_watchdog
 
 # --- validation ------------------------------------------------------------------
 
@@ -224,35 +206,6 @@ def test_timed_out_on_the_last_attempt_is_dead() -> None:
 # --- the watchdog ----------------------------------------------------------------
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.submitted: list[Outcome] = []
-        self.stuck: list[uuid.UUID] = []
-        self.stuck_event = threading.Event()
-
-    def submit(self, outcome: Outcome) -> None:
-        self.submitted.append(outcome)
-
-    def on_stuck(self, attempt: Any) -> None:
-        self.stuck.append(attempt.job.id)
-        self.stuck_event.set()
-
-
-def make_watchdog(
-    recorder: Recorder | None = None, grace: float = 0.3, clock: Any = time.monotonic
-) -> Watchdog:
-    recorder = recorder or Recorder()
-    return Watchdog(
-        attempts=AttemptTable(clock),
-        worker_id="w1",
-        policy=POLICY,
-        default_timeout=None,
-        grace=grace,
-        submit=recorder.submit,
-        on_stuck=recorder.on_stuck,
-    )
-
-
 def run_in_thread(watchdog: Watchdog, job: ClaimedJob, body: Any) -> dict[str, Any]:
     """Run ``body(attempt)`` as a handler thread would: begin, body, end."""
     state: dict[str, Any] = {"done": threading.Event()}
@@ -307,7 +260,7 @@ def test_a_spinner_is_failed_at_its_deadline_and_its_thread_left_alone() -> None
         job = claimed(timeout=0.2)
         started = time.monotonic()
         state = run_in_thread(watchdog, job, spinner)
-        wait_until(lambda: recorder.submitted, 10, "the failed attempt")
+        wait_until(lambda: recorder.submitted, WAIT_SECONDS, "the failed attempt")
         assert time.monotonic() - started >= 0.2
         (outcome,) = recorder.submitted
         assert outcome.transition is Transition.RETRY and outcome.job_id == job.id
