@@ -46,6 +46,7 @@ from ..constants import (
     FINISHED_NOTIFY_PREFIX,
     QUEUE_STATE_NOTIFY_PREFIX,
 )
+from ..flow import FlowCounts, room
 from .queries import QUERIES
 from .records import (
     ClaimedJob,
@@ -136,6 +137,18 @@ def _run(using: str, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ..
         # Every named query returns rows (RETURNING or SELECT); not testing
         # cursor.description saves building its Column objects per call.
         return cursor.fetchall()
+
+
+def _run_named(using: str, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``_run``, each row a dict by column name (for rows read by name, not position)."""
+    connection = connections[using]
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    with connection.wrap_database_errors:
+        cursor = _cursor(connection)
+        cursor.execute(QUERIES[name], params, binary=True)
+        names = [column.name for column in cursor.description or ()]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 def _run_through_django(using: str, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -454,15 +467,11 @@ def claim_limited(
     with transaction.atomic(using=using):
         if not _run(using, "lock_throttle", {"queue": queue}):
             return LimitedClaim([], None, None, busy=True)
-        ((running, recent, until_room, runnable),) = _run(
-            using, "throttle_state", {"queue": queue, "window_seconds": window}
-        )
-        allowed, throttled, retry_after = want, None, None
-        if limits.concurrency is not None and limits.concurrency - running < allowed:
-            allowed, throttled = max(0, limits.concurrency - running), "concurrency"
-        if rate is not None and rate.count - recent < allowed:
-            allowed, throttled = max(0, rate.count - recent), "rate_limit"
-            retry_after = float(until_room) if until_room is not None else None
+        (state,) = _run_named(using, "throttle_state", {"queue": queue, "window_seconds": window})
+        until_room, runnable = state.pop("until_room"), state.pop("runnable")
+        # The other columns are what the limits count: flow.room() decides.
+        allowed, throttled = room(limits, FlowCounts(**state), want)
+        retry_after = float(until_room) if until_room is not None else None
         jobs = (
             claim(
                 using,

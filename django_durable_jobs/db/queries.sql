@@ -685,14 +685,15 @@ WITH recent AS (
     FROM durable_jobs_throttle AS t, unnest(t.starts, t.counts) AS w(s, n)
     WHERE t.queue = %(queue)s AND s > now() - make_interval(secs => %(window_seconds)s::float8)
 )
+-- Columns are read by name: running and recent_starts are flow.FlowCounts' fields (the counts flow.room() decides on).
 SELECT
     (SELECT count(*) FROM durable_jobs_job
-     WHERE status = 'running' AND queue = %(queue)s AND lease_expires_at > now()),
-    (SELECT COALESCE(sum(n), 0) FROM recent),
+     WHERE status = 'running' AND queue = %(queue)s AND lease_expires_at > now()) AS running,
+    (SELECT COALESCE(sum(n), 0) FROM recent) AS recent_starts,
     (SELECT EXTRACT(EPOCH FROM min(s) + make_interval(secs => %(window_seconds)s::float8) - now())
-     FROM recent),
+     FROM recent) AS until_room,
     EXISTS (SELECT 1 FROM durable_jobs_job
-            WHERE status = 'pending' AND available_at <= now() AND queue = %(queue)s);
+            WHERE status = 'pending' AND available_at <= now() AND queue = %(queue)s) AS runnable;
 
 -- rate_window_starts --
 -- What a rate limit holds back now (jobs stats, GET /api/queues): for each rate-limited queue of %(queues)s, with its window of %(window_seconds)s, the starts its window holds (as throttle_state counts them for the claim; 0 for a queue never claimed). One primary-key lookup per queue; nothing is locked or written, so it never waits on a claim.
