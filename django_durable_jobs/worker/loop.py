@@ -39,14 +39,14 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from django.db import DatabaseError, connections
-from django.utils import timezone
 
-from .. import db, flow, hooks, metrics
+from .. import db, hooks, metrics
 from ..backoff import RetryPolicy
 from ..conf import jobs_settings
 from ..db.records import ClaimedJob, Outcome, Transition
 from ..durations import SecondsError, seconds
 from .attempts import Attempt, AttemptTable, Clock, State
+from .claiming import Ask, ClaimPlanner
 from .completer import Completer
 from .event_loop import EventLoop
 from .executor import StopWorker, execute, internal_error
@@ -81,19 +81,6 @@ EXIT_RECYCLE = 3
 # that cannot keep up must slow the worker down, not fill its memory.
 MAX_BACKLOG_PER_SLOT = 50
 CLAIM_RETRY_CAP_SECONDS = 30.0
-#: How often a queue held back by one of its limits is logged, at most.
-THROTTLE_LOG_EVERY_SECONDS = 60.0
-#: When another worker's claim holds a limited queue's lock, look again this soon.
-LIMITED_BUSY_RETRY_SECONDS = 0.01
-#: How often a short claim of keyed jobs asks whether a busy key held jobs back.
-KEYS_HELD_BACK_EVERY_SECONDS = 1.0
-#: While keyed jobs run, how soon after a plain claim came back short the next
-#: one may look again without a notification saying jobs were enqueued: at
-#: least this, and 20 times as long as that claim took (a claim reading past
-#: a long keyed backlog then costs the loop at most a twentieth of its time),
-#: never more than the poll interval.
-PLAIN_RECHECK_SECONDS = 0.1
-PLAIN_RECHECK_FACTOR = 20
 
 
 def default_worker_id() -> str:
@@ -191,7 +178,6 @@ class Worker:
         # When a retry this worker scheduled falls due (monotonic clock).
         self._retry_due: float | None = None
         self._stopping = False
-        self._forced = False
         # A thread ignored its time limit: stop claiming, finish, exit 3.
         self._recycle = False
         self._groups = groups_for(
@@ -200,31 +186,6 @@ class Worker:
             config.slots_per_queue,
             config.scale_down_after,
             self._handler_thread,
-        )
-        # Queues with cluster-wide limits that this worker serves (flow.py);
-        # their claims take free slots only, never ahead.
-        self._limits = {
-            queue: limits
-            for queue, limits in flow.queue_limits().items()
-            if config.queues is None or queue in config.queues
-        }
-        self._throttled_until: dict[str, float] = {}
-        # Types whose jobs run at most concurrency_limit per concurrency key:
-        # @job's, and those the integrations declare (a Django task's).
-        self._key_limits = hooks.concurrency_limits()
-        self._keys_checked_at = 0.0
-        # Until then (monotonic), claims leave out the jobs without a key: the
-        # last such claim came back short (see _claim).
-        self._plain_short_until = 0.0
-        # The last claim left them out: it proves nothing about them.
-        self._plain_skipped = False
-        self._idle_limited: set[str] = set()
-        # The paused queues at the current claim (read by _claim).
-        self._paused_now: frozenset[str] = frozenset()
-        self._throttle_logged: dict[tuple[str, str], float] = {}
-        # Per-queue slots: which group a job's queue belongs to.
-        self._group_by_queue: dict[str, SlotGroup] | None = (
-            {group.label: group for group in self._groups} if config.slots_per_queue else None
         )
         self.claimed = 0
         # For /healthz: the main loop runs, and its last claim did not fail.
@@ -271,6 +232,22 @@ class Worker:
         self.paused = PausedQueues(
             config.alias, config.queues, config.poll_interval, worker_id=config.worker_id
         )
+        # What to claim next, and the claim (claiming.py).
+        self.planner = ClaimPlanner(
+            alias=config.alias,
+            worker_id=config.worker_id,
+            lease_seconds=config.lease_seconds,
+            poll_interval=config.poll_interval,
+            queues=config.queues,
+            groups=self._groups,
+            per_queue=config.slots_per_queue is not None,
+            paused=self.paused,
+            retry_soon=self._retry_soon,
+        )
+        self._max_backlog = max(1_000, MAX_BACKLOG_PER_SLOT * config.max_slots)
+        # When the loop claims next at the latest, unasked (monotonic).
+        self._next_poll = 0.0
+        self._claim_failures = 0
         listen_alias = config.listen_alias or config.alias
         self.listener = (
             Listener(
@@ -368,312 +345,146 @@ class Worker:
     # -- the loop --------------------------------------------------------
 
     def _loop(self) -> None:
-        c = self.config
-        max_backlog = max(1_000, MAX_BACKLOG_PER_SLOT * c.max_slots)
-        next_poll = time.monotonic()
-        claim_failures = 0
+        """Claim into free slots as jobs come; sleep until woken or the next poll.
+
+        Returns at a stop, at a recycle once the in-flight jobs are done, and
+        (``--burst``) once no runnable job is left.
+        """
+        self._next_poll = time.monotonic()
         while not self._stopping:
             if self._recycle:
                 self._drain_for_recycle()
                 return
             now = time.monotonic()
-            with self._lock:
-                self._shrink_quiet_groups(now)
-                notified, self._notified = self._notified, False
-                due = notified or now >= next_poll
-                if due:
-                    # Limited queues found empty are looked at again.
-                    self._idle_limited.clear()
-                if notified:
-                    # Jobs were enqueued (or given back): maybe without a key.
-                    self._plain_short_until = 0.0
-                # Each group with room (free slots, and its claim-ahead
-                # buffer: pool.py) asks for that many jobs: at a poll or a
-                # notification, or at once if its last claim was full.
-                wanting = [group for group in self._groups if group.wants_claim()]
-                asks = [(group, group.room()) for group in wanting if due or group.more_waiting]
-                shrink_at = min(
-                    (t for g in self._groups if (t := g.next_shrink_at()) is not None),
-                    default=None,
-                )
+            asks, timeout = self._plan_round(now)
+            if not asks:
+                self._sleep(timeout)
+            elif self._claim_round(asks, now):
+                return
+
+    def _plan_round(self, now: float) -> tuple[list[Ask], float | None]:
+        """The groups that claim now; when there are none, how long to sleep (None: until woken)."""
+        with self._lock:
+            self._shrink_quiet_groups(now)
+            notified, self._notified = self._notified, False
+            due = notified or now >= self._next_poll
+            asks = self.planner.asks(due=due, notified=notified)
             if asks:
-                if self.completer.backlog() >= max_backlog:
-                    self._sleep(0.01)
-                    continue
-                if self.completer.failing:
-                    # Outcomes cannot be written: claim nothing more until they can.
-                    self._sleep(0.05)
-                    continue
-                # Whether jobs were in flight when this claim began: their
-                # ends may free a slot a limit or a busy key held.
-                ran_before = self.attempts.busy()
-                # Or whose outcomes were not written yet: writing one may make
-                # waiting jobs (depends_on) runnable after this claim looked,
-                # so a burst claims once more before it decides to exit.
-                unwritten_before = c.burst and (ran_before or self.attempts.outcomes_unwritten())
-                try:
-                    jobs = self._claim(asks)
-                    claim_failures = 0
-                    self.claim_failing = False
-                except DatabaseError as exc:
-                    claim_failures += 1
-                    self.claim_failing = True
-                    delay = min(CLAIM_RETRY_CAP_SECONDS, 0.5 * 2 ** (claim_failures - 1))
-                    logger.warning("Claim failed (%s); retrying in %.1fs", exc, delay)
-                    connections[c.alias].close()
-                    self._sleep(delay)
-                    continue
-                if not jobs:
-                    with self._lock:
-                        # A group left out of this claim (no free slot then)
-                        # whose last claim was full may still have jobs.
-                        # A limited queue held back (or claimed by another
-                        # worker at that moment) has runnable jobs too.
-                        busy = (
-                            self.attempts.busy()
-                            or unwritten_before
-                            or any(g.more_waiting for g in self._groups)
-                            or bool(self._throttled_until)
-                            # A claim that ran beside jobs of a limited queue
-                            # or a busy key may have found nothing it may take
-                            # yet: one more claim once nothing runs decides.
-                            or (ran_before and bool(self._limits or self._key_limits))
-                            or self._plain_skipped
-                        )
-                    if c.burst and not busy:
-                        logger.info("No runnable job left: exiting (--burst)")
-                        return
-                    if c.burst:
-                        # Look again shortly: the running jobs may be all there is.
-                        next_poll = time.monotonic() + min(c.poll_interval, 0.05)
-                    elif now >= next_poll:
-                        # Only at poll time: an empty claim after a notification
-                        # (another worker was faster) need not cost a query.
-                        next_poll = time.monotonic() + self._idle_sleep()
-                continue
-            with self._lock:
-                if self._retry_due is not None:
-                    next_poll = min(next_poll, self._retry_due)
-                    self._retry_due = None
-            if self.paused.lifts_at is not None:
-                # Claim when a pause ends by itself: no notification says so.
-                next_poll = min(next_poll, self.paused.lifts_at)
-            timeout = max(0.0, next_poll - now) if wanting else None
-            if shrink_at is not None:
-                # Wake to stop unused slots even when nothing else happens.
-                until_shrink = max(0.0, shrink_at - now)
-                timeout = until_shrink if timeout is None else min(timeout, until_shrink)
-            self._sleep(timeout)
+                return asks, None
+            wanting = any(group.wants_claim() for group in self._groups)
+            shrink_at = min(
+                (t for g in self._groups if (t := g.next_shrink_at()) is not None),
+                default=None,
+            )
+            if self._retry_due is not None:
+                self._next_poll = min(self._next_poll, self._retry_due)
+                self._retry_due = None
+        if self.paused.lifts_at is not None:
+            # Claim when a pause ends by itself: no notification says so.
+            self._next_poll = min(self._next_poll, self.paused.lifts_at)
+        timeout = max(0.0, self._next_poll - now) if wanting else None
+        if shrink_at is not None:
+            # Wake to stop unused slots even when nothing else happens.
+            until_shrink = max(0.0, shrink_at - now)
+            timeout = until_shrink if timeout is None else min(timeout, until_shrink)
+        return [], timeout
 
-    def _claim(self, asks: list[tuple[SlotGroup, int]]) -> list[ClaimedJob]:
-        """Claim up to each group's room; hand the jobs to the groups.
+    def _claim_round(self, asks: list[Ask], now: float) -> bool:
+        """Claim for ``asks`` and hand the jobs over; True when a burst has nothing left."""
+        if self.completer.backlog() >= self._max_backlog:
+            self._sleep(0.01)
+            return False
+        if self.completer.failing:
+            # Outcomes cannot be written: claim nothing more until they can.
+            self._sleep(0.05)
+            return False
+        # Whether jobs were in flight when this claim began: their ends may
+        # free a slot a limit or a busy key held.
+        ran_before = self.attempts.busy()
+        # Or whose outcomes were not written yet: writing one may make waiting
+        # jobs (depends_on) runnable after this claim looked, so a burst
+        # claims once more before it decides to exit.
+        unwritten_before = self.config.burst and (ran_before or self.attempts.outcomes_unwritten())
+        try:
+            jobs = self._claim(asks)
+        except DatabaseError as exc:
+            self._claim_failed(exc)
+            return False
+        self._claim_failures = 0
+        self.claim_failing = False
+        if jobs:
+            return False
+        if self.config.burst:
+            if not self._may_find_more(ran_before, unwritten_before):
+                logger.info("No runnable job left: exiting (--burst)")
+                return True
+            # Look again shortly: the running jobs may be all there is.
+            self._next_poll = time.monotonic() + min(self.config.poll_interval, 0.05)
+        elif now >= self._next_poll:
+            # Only at poll time: an empty claim after a notification (another
+            # worker was faster) need not cost a query.
+            self._next_poll = time.monotonic() + self.planner.idle_sleep()
+        return False
 
-        Queues with cluster-wide limits are claimed first, each on its own
-        (``db.claim_limited``); then the other queues in one statement; then
-        the jobs whose type limits each concurrency key (``db.claim_keyed``).
-        """
-        c = self.config
-        # Paused queues are left out of every claim (paused.py).
-        self._paused_now = self.paused.current()
-        jobs = self._claim_limited(asks)
-        keyed = self._key_limits
-        # A plain claim reads the claim index in order, past every runnable
-        # job of a keyed type: with a keyed backlog ahead, each one reads all
-        # of it. One that came back short found every job without a key
-        # there was, so, while keyed jobs keep the loop busy, the next looks
-        # again after a notification or PLAIN_RECHECK_SECONDS.
+    def _may_find_more(self, ran_before: bool, unwritten_before: bool) -> bool:
+        """After an empty claim: may a later claim still find a job (a burst goes on)?"""
+        with self._lock:
+            # A group left out of this claim (no free slot then) whose last
+            # claim was full may still have jobs; so may the planner's queues.
+            return (
+                self.attempts.busy()
+                or unwritten_before
+                or any(g.more_waiting for g in self._groups)
+                or self.planner.may_find_more(ran_before)
+            )
+
+    def _claim_failed(self, exc: DatabaseError) -> None:
+        self._claim_failures += 1
+        self.claim_failing = True
+        delay = min(CLAIM_RETRY_CAP_SECONDS, 0.5 * 2 ** (self._claim_failures - 1))
+        logger.warning("Claim failed (%s); retrying in %.1fs", exc, delay)
+        connections[self.config.alias].close()
+        self._sleep(delay)
+
+    def _claim(self, asks: list[Ask]) -> list[ClaimedJob]:
+        """Claim up to each group's room (the planner's); hand the jobs to the groups."""
+        jobs = self.planner.claim(asks)
         now = time.monotonic()
-        self._plain_skipped = bool(keyed) and now < self._plain_short_until
-        if self._plain_skipped:
-            pass
-        elif self._group_by_queue is not None:
-            plain = [(g, room) for g, room in asks if g.label not in self._limits]
-            if plain:
-                unkeyed = db.claim_per_queue(
-                    c.alias,
-                    worker_id=c.worker_id,
-                    lease_seconds=c.lease_seconds,
-                    limits=[(group.label, room) for group, room in plain],
-                    keyed_types=keyed,
-                    excluded=self._paused_now,
-                )
-                if keyed and not unkeyed:  # every queue short; some may be short only
-                    self._plain_short_until = self._plain_recheck_at(now)
-                jobs += unkeyed
-        else:
-            ((group, room),) = asks
-            only_limited = group.queues is not None and group.queues <= self._limits.keys()
-            want = room - len(jobs)
-            if want > 0 and not only_limited:
-                unkeyed = db.claim(
-                    c.alias,
-                    worker_id=c.worker_id,
-                    lease_seconds=c.lease_seconds,
-                    limit=want,
-                    queues=group.queues,
-                    excluded=self._limits.keys() | self._paused_now,
-                    keyed_types=keyed,
-                )
-                if keyed and len(unkeyed) < want:
-                    self._plain_short_until = self._plain_recheck_at(now)
-                jobs += unkeyed
-        if keyed:
-            jobs += self._claim_keyed(asks, jobs)
-        now = time.monotonic()
+        group_of = self.planner.group_of
         with self._lock:
             got: dict[str, int] = {}
             for job in jobs:
                 # The one place a job starts running, as far as the worker counts.
-                group = self._group_of(job)
+                group = group_of(job)
                 self.attempts.claimed(job, group)
                 got[group.label] = got.get(group.label, 0) + 1
             grew = [
                 group for group, asked in asks if group.claimed(asked, got.get(group.label, 0), now)
             ]
-            if grew:
-                size = total_size(self._groups)
+            size = total_size(self._groups)
         if grew:
-            metrics.set_worker_slots(size)
-            for group in grew:
-                logger.info(
-                    "Slots grew group=%s slots=%s max=%s: every slot is busy and jobs wait",
-                    group.label, group.size, group.slots.maximum,
-                    extra={"worker_id": c.worker_id},
-                )  # fmt: skip
+            self._slots_grew(grew, size)
         if jobs:
             if metrics.ENABLED:
                 metrics.record_claimed(jobs)
             for job in jobs:
-                self._group_of(job).jobs.put(job)
+                group_of(job).jobs.put(job)
             self.claimed += len(jobs)
         return jobs
 
-    def _claim_limited(self, asks: list[tuple[SlotGroup, int]]) -> list[ClaimedJob]:
-        """Claim the limited queues these groups serve, each into the group's free slots."""
-        if not self._limits:
-            return []
-        c = self.config
-        jobs: list[ClaimedJob] = []
-        now = time.monotonic()
-        for group, room in asks:
-            for queue, limits in self._limits.items():
-                if group.queues is not None and queue not in group.queues:
-                    continue
-                # Limited queues claim ahead too (short jobs only, pool.py): a
-                # buffered job is running in the table, so it counts against
-                # the concurrency limit, and its start is counted at its claim.
-                free = room - sum(1 for j in jobs if self._group_of(j) is group)
-                if (
-                    queue in self._paused_now
-                    or queue in self._idle_limited
-                    or self._throttled_until.get(queue, 0.0) > now
-                ):
-                    continue
-                if free <= 0:
-                    # No slot for it now: look again at the next claim (and a
-                    # burst worker does not take the queue for empty).
-                    self._throttled_until.setdefault(queue, now)
-                    continue
-                got = db.claim_limited(
-                    c.alias,
-                    worker_id=c.worker_id,
-                    lease_seconds=c.lease_seconds,
-                    queue=queue,
-                    limits=limits,
-                    want=free,
-                    key_limits=self._key_limits,
-                )
-                jobs += got.jobs
-                if got.throttled is not None:
-                    self._held_back(queue, got.throttled, got.retry_after, now)
-                elif got.busy:
-                    # Another worker claims this queue right now: look again soon.
-                    self._throttled_until[queue] = now + LIMITED_BUSY_RETRY_SECONDS
-                    self._retry_soon(now + LIMITED_BUSY_RETRY_SECONDS)
-                elif len(got.jobs) < free:
-                    # Nothing more runnable: not again before a poll or a notification.
-                    self._throttled_until.pop(queue, None)
-                    self._idle_limited.add(queue)
-                else:
-                    # It filled the free slots: look again as soon as one frees.
-                    self._throttled_until[queue] = 0.0
-        return jobs
-
-    def _plain_recheck_at(self, began: float) -> float:
-        took = time.monotonic() - began
-        wait = max(PLAIN_RECHECK_SECONDS, PLAIN_RECHECK_FACTOR * took)
-        return began + took + min(wait, self.config.poll_interval)
-
-    def _claim_keyed(
-        self, asks: list[tuple[SlotGroup, int]], claimed: list[ClaimedJob]
-    ) -> list[ClaimedJob]:
-        """Claim jobs with a concurrency key into what room the other claims left."""
-        c = self.config
-        jobs: list[ClaimedJob] = []
-        short = False
-        for group, room in asks:
-            if group.label in self._limits:
-                continue  # claim_limited claimed that queue's keyed jobs too
-            taken = sum(1 for j in (*claimed, *jobs) if self._group_of(j) is group)
-            want = room - taken
-            if want <= 0:
-                continue
-            got = db.claim_keyed(
-                c.alias,
-                worker_id=c.worker_id,
-                lease_seconds=c.lease_seconds,
-                limit=want,
-                key_limits=self._key_limits,
-                queues=group.queues,
-                excluded=self._limits.keys() | self._paused_now,
-            )
-            jobs += got
-            short = short or len(got) < want
-        now = time.monotonic()
-        if short and now >= self._keys_checked_at + KEYS_HELD_BACK_EVERY_SECONDS:
-            # Were jobs held back by a busy key? Asked at most once a second.
-            self._keys_checked_at = now
-            for queue in db.keys_held_back(c.alias, self._key_limits, c.queues):
-                self._held_back(queue, "key", None, now, retry=False)
-        return jobs
+    def _slots_grew(self, grew: list[SlotGroup], size: int) -> None:
+        metrics.set_worker_slots(size)
+        for group in grew:
+            logger.info(
+                "Slots grew group=%s slots=%s max=%s: every slot is busy and jobs wait",
+                group.label, group.size, group.slots.maximum,
+                extra={"worker_id": self.config.worker_id},
+            )  # fmt: skip
 
     def _retry_soon(self, due: float) -> None:
         with self._cond:
             if self._retry_due is None or due < self._retry_due:
                 self._retry_due = due
-
-    def _held_back(
-        self,
-        queue: str,
-        reason: str,
-        retry_after: float | None,
-        now: float,
-        retry: bool = True,
-    ) -> None:
-        """A limit held jobs of ``queue`` back: count it, log it once a minute, look again later."""
-        metrics.record_throttled(queue, reason)
-        if retry:
-            # The rate window says when it has room; a concurrency slot frees
-            # when some worker's job ends, which this worker learns by looking.
-            delay = retry_after if retry_after is not None else min(self.config.poll_interval, 0.25)
-            delay = max(0.005, delay + 0.005)
-            self._throttled_until[queue] = now + delay
-            self._retry_soon(now + delay)
-        last = self._throttle_logged.get((queue, reason))
-        if last is None or now - last >= THROTTLE_LOG_EVERY_SECONDS:
-            self._throttle_logged[(queue, reason)] = now
-            logger.info(
-                "Queue %s held back by its %s limit (%s): runnable jobs wait "
-                "(logged once a minute)",
-                queue, reason.replace("_", " "),
-                self._limits[queue].as_dict()[reason] if queue in self._limits else "per key",
-                extra={"worker_id": self.config.worker_id, "queue": queue},
-            )  # fmt: skip
-
-    def _group_of(self, job: ClaimedJob) -> SlotGroup:
-        if self._group_by_queue is None:
-            return self._groups[0]
-        return self._group_by_queue[job.queue]
 
     def _shrink_quiet_groups(self, now: float) -> None:
         """Stop slots that stayed unused for a quiet period (the caller holds the lock)."""
@@ -705,23 +516,6 @@ class Worker:
         """``{"all": 8}``, or ``{queue: slots}`` with slots per queue."""
         with self._lock:
             return {group.label: group.size for group in self._groups}
-
-    def _idle_sleep(self) -> float:
-        """Until the next poll: the poll interval, or sooner if a delayed job is due
-        sooner, or a pause lifts sooner."""
-        interval = self.config.poll_interval
-        lifts = self.paused.next_change_in(time.monotonic())
-        if lifts is not None:
-            interval = min(interval, lifts)
-        try:
-            due = db.next_available_at(self.config.alias, self.config.queues, self.paused.names)
-        except DatabaseError:
-            return interval
-        if due is None:
-            return interval
-        seconds = (due - timezone.now()).total_seconds()
-        # A little after `due`, so the database's clock has passed it too.
-        return min(interval, max(0.005, seconds + 0.005))
 
     # -- handler threads -------------------------------------------------
 
@@ -799,8 +593,7 @@ class Worker:
             group = None if attempt is None else attempt.group
             if group is not None and duration is not None:
                 group.attempt_took(duration)
-            if attempt is not None and attempt.job.queue in self._throttled_until:
-                self._throttled_until[attempt.job.queue] = 0.0  # look again now
+            if attempt is not None and self.planner.slot_freed(attempt.job.queue):
                 # A limited queue's job ended here: one of its slots is free
                 # now, so claim again as on a notification.
                 self._notified = True
