@@ -47,6 +47,7 @@ from ..constants import (
     QUEUE_STATE_NOTIFY_PREFIX,
 )
 from ..flow import FlowCounts, room
+from .listening import listen, listen_loop
 from .queries import QUERIES
 from .records import (
     ClaimedJob,
@@ -90,6 +91,7 @@ __all__ = [
     "keys_held_back",
     "listen",
     "listen_alias",
+    "listen_loop",
     "next_available_at",
     "notify",
     "notify_finished",
@@ -925,11 +927,6 @@ def paused_queues(using: str) -> dict[str, float | None]:
         name: None if left is None else max(float(left), 0.0)
         for name, left in _run(using, "paused_queues", {})
     }
-
-
-def listen(conn: psycopg.Connection[Any], channel: str) -> None:
-    """``LISTEN`` on ``channel`` (an identifier: it cannot be a bound parameter)."""
-    conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
 
 
 def listen_alias(using: str) -> str:

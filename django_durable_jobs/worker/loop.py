@@ -45,6 +45,7 @@ from ..backoff import RetryPolicy
 from ..conf import jobs_settings
 from ..db.records import ClaimedJob, Outcome, Transition
 from ..durations import SecondsError, seconds
+from ..services import ServiceSet
 from .attempts import Attempt, AttemptTable, Clock, State
 from .claiming import Ask, ClaimPlanner
 from .completer import Completer
@@ -188,6 +189,8 @@ class Worker:
             self._handler_thread,
         )
         self.claimed = 0
+        # The background threads, started in order and stopped in reverse.
+        self._services = ServiceSet()
         # For /healthz: the main loop runs, and its last claim did not fail.
         self.loop_alive = False
         self.claim_failing = False
@@ -295,13 +298,14 @@ class Worker:
                 group.start(now)
             metrics.set_worker_slots(total_size(self._groups))
         self.loop_alive = True
-        self.completer.start()
-        self.watchdog.start()
-        self.maintenance.start()
-        if self.listener is not None:
-            self.listener.start()
-        if self.scheduler is not None:
-            self.scheduler.start()
+        # Stopped in the reverse order (_shutdown): the scheduler first (a
+        # stopping worker enqueues nothing new), then the watchdog once the
+        # grace period is over, the completer once everything is released,
+        # and last the threads that keep the worker reachable and its leases
+        # alive while the others finish.
+        self._services.start(
+            self.maintenance, self.listener, self.completer, self.watchdog, self.scheduler
+        )
         try:
             self._loop()
         finally:
@@ -702,8 +706,7 @@ class Worker:
 
     def _shutdown(self) -> None:
         c = self.config
-        if self.scheduler is not None:
-            self.scheduler.stop()  # first: a stopping worker enqueues nothing new
+        self._services.stop_through(self.scheduler)  # a stopping worker enqueues nothing new
         deadline = time.monotonic() + (c.grace_period if self._stopping else 0)
         # Claimed ahead and not started: given back now, never run.
         self._release(self.attempts.release_unstarted(), "not started yet")
@@ -717,7 +720,7 @@ class Worker:
                 break
             self._sleep(min(left, 0.1))
         # No timeout after this point: what it would submit might not be written.
-        self.watchdog.stop()
+        self._services.stop_through(self.watchdog)
         with self._lock:
             leftover = self.attempts.release_all()
             # Every slot given back: a handler thread that returns later
@@ -725,16 +728,14 @@ class Worker:
             for group in self._groups:
                 group.running = 0
         self._release(leftover, "still running at the end of the grace period")
-        if not self.completer.stop(timeout=15.0):
+        if not self._services.stop_through(self.completer, timeout=15.0):
             logger.error("Some outcomes could not be recorded; the reaper will retry those jobs")
         with self._lock:
             for group in self._groups:
                 group.stop_all()
         # After the release above, which cancelled the async handlers still running.
         self.event_loop.stop()
-        if self.listener is not None:
-            self.listener.stop()
-        self.maintenance.stop()
+        self._services.stop_through(self.maintenance)  # and the listener before it
         self.presence.remove()
         metrics.set_worker_slots(0)
         connections[c.alias].close()
