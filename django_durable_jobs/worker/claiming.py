@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from .. import db, flow, hooks, metrics
 from ..db.records import ClaimedJob
+from .config import WorkerConfig
 from .paused import PausedQueues
 from .pool import SlotGroup
 
@@ -67,25 +68,19 @@ class ClaimPlanner:
 
     def __init__(
         self,
-        *,
-        alias: str,
-        worker_id: str,
-        lease_seconds: float,
-        poll_interval: float,
-        queues: frozenset[str] | None,
+        config: WorkerConfig,
         groups: Sequence[SlotGroup],
-        per_queue: bool,
         paused: PausedQueues,
         retry_soon: Callable[[float], None],
     ) -> None:
-        self._alias = alias
-        self._worker_id = worker_id
-        self._lease_seconds = lease_seconds
-        self._poll_interval = poll_interval
-        self._queues = queues
+        self._alias = config.alias
+        self._worker_id = config.worker_id
+        self._lease_seconds = config.lease_seconds
+        self._poll_interval = config.poll_interval
+        self._queues = queues = config.queues
         self._groups = groups
         # Per-queue slots: which group a job's queue belongs to.
-        self._group_by_queue = {g.label: g for g in groups} if per_queue else None
+        self._group_by_queue = {g.label: g for g in groups} if config.slots_per_queue else None
         self.paused = paused
         # Called with when (monotonic) the loop should look again, unasked.
         self._retry_soon = retry_soon

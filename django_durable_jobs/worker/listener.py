@@ -27,6 +27,7 @@ from collections.abc import Callable
 import psycopg
 
 from .. import db
+from ..conf import jobs_settings
 from ..constants import CANCEL_NOTIFY_PREFIX, QUEUE_STATE_NOTIFY_PREFIX
 from ..services import Service
 from .probe import NotificationProbe
@@ -61,6 +62,33 @@ class Listener(Service):
         self.connected = threading.Event()
 
     stop_timeout = 2.0
+
+    @classmethod
+    def for_worker(
+        cls,
+        alias: str,
+        listen_alias: str | None,
+        queues: frozenset[str] | None,
+        poll_interval: float,
+        wake: Callable[[], None],
+        *,
+        on_cancel: Callable[[uuid.UUID], None],
+        queue_state: Callable[[str | None], None],
+    ) -> Listener:
+        """A worker's listener on ``NOTIFY_CHANNEL``, with its probe."""
+        listen_alias = listen_alias or alias
+        return cls(
+            alias,
+            str(jobs_settings.NOTIFY_CHANNEL),
+            queues,
+            wake,
+            on_cancel=on_cancel,
+            queue_state=queue_state,
+            listen_alias=listen_alias,
+            probe=NotificationProbe(
+                alias=alias, listen_alias=listen_alias, poll_interval=poll_interval
+            ),
+        )
 
     def _request_stop(self) -> None:
         self._stop.set()
