@@ -17,8 +17,22 @@ from typing import Any
 
 import psycopg
 
+from ..conf import jobs_settings
+
 RECONNECT_BASE_SECONDS = 0.5
 RECONNECT_CAP_SECONDS = 30.0
+
+
+def listen_alias(using: str) -> str:
+    """The database alias to LISTEN on for the job database ``using``.
+
+    ``LISTEN_DATABASE`` when set: a transaction pooler in front of ``using``
+    runs each statement on whichever server connection is free, so a LISTEN
+    through it lands on a connection the listener no longer holds, and
+    nothing it LISTENs for ever reaches it.
+    """
+    alias = jobs_settings.LISTEN_DATABASE
+    return using if alias is None else str(alias)
 
 
 def listen(conn: psycopg.Connection[Any], channel: str) -> None:
