@@ -39,6 +39,9 @@ CONCURRENCY_MAX = 10_000
 QUEUE_OPTIONS = ("rate_limit", "concurrency")
 #: Why a claim held work back: the ``reason`` label of ``durable_jobs_throttled_total``.
 THROTTLE_REASONS = ("rate_limit", "concurrency", "key", "paused")
+#: The queue limits ``room()`` applies, in its order: a job held back by
+#: several is counted under the first (``held_back.py``).
+QUEUE_LIMIT_REASONS = ("concurrency", "rate_limit")
 
 
 @dataclass(frozen=True)

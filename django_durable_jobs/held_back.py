@@ -34,11 +34,11 @@ from django.db.models import Count
 from django.db.models.functions import Now
 
 from . import db, hooks
-from .flow import FlowCounts, QueueLimits, queue_limits, room
+from .flow import QUEUE_LIMIT_REASONS, FlowCounts, QueueLimits, queue_limits, room
 from .models import Job, QueueState
 
 #: ``flow.THROTTLE_REASONS``, in the order a job is counted under the first that applies.
-HELD_BACK_REASONS = ("paused", "concurrency", "rate_limit", "key")
+HELD_BACK_REASONS = ("paused", *QUEUE_LIMIT_REASONS, "key")
 
 
 def nothing_held() -> dict[str, int]:

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from django_durable_jobs.flow import FlowCounts, QueueLimits, RateLimit, Room, room
+from django_durable_jobs.flow import (
+    QUEUE_LIMIT_REASONS,
+    FlowCounts,
+    QueueLimits,
+    RateLimit,
+    Room,
+    room,
+)
 
 CONCURRENCY_4 = QueueLimits(concurrency=4)
 RATE_5 = QueueLimits(rate_limit=RateLimit(5, 1.0))
@@ -70,3 +77,11 @@ def test_want_one_asks_whether_the_queue_is_full() -> None:
 
 def test_wanting_nothing_holds_nothing_back() -> None:
     assert room(BOTH, FlowCounts(running=4, recent_starts=5), 0) == Room(0, None)
+
+
+def test_room_applies_the_queue_limits_in_the_order_the_held_back_counts_use() -> None:
+    # Each limit alone, full: room() names it; both full: the first of the order.
+    full = FlowCounts(running=4, recent_starts=5)
+    assert room(CONCURRENCY_4, full, 1).held_by == QUEUE_LIMIT_REASONS[0]
+    assert room(RATE_5, full, 1).held_by == QUEUE_LIMIT_REASONS[1]
+    assert room(BOTH, full, 1).held_by == QUEUE_LIMIT_REASONS[0]
