@@ -14,7 +14,7 @@ this machine) and the WAL it wrote. Each layout is a database of its own,
 dropped at the end:
 
 - ``as shipped``: the job table with its ten indexes, the claim and
-  ``record_outcomes`` statements of ``db/queries.sql``;
+  ``record_outcomes`` statements of ``db/claims.sql``;
 - ``arrays``: the same, completions sent as uuid[] arrays instead of one
   JSON document (does parsing JSON cost PostgreSQL anything that matters?);
 - ``no status index`` / ``no listing indexes`` / ``no listing, lease or

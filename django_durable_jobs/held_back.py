@@ -34,11 +34,11 @@ from django.db.models import Count
 from django.db.models.functions import Now
 
 from . import db, hooks
-from .flow import QueueLimits, queue_limits
+from .flow import QUEUE_LIMIT_REASONS, FlowCounts, QueueLimits, queue_limits, room
 from .models import Job, QueueState
 
 #: ``flow.THROTTLE_REASONS``, in the order a job is counted under the first that applies.
-HELD_BACK_REASONS = ("paused", "concurrency", "rate_limit", "key")
+HELD_BACK_REASONS = ("paused", *QUEUE_LIMIT_REASONS, "key")
 
 
 def nothing_held() -> dict[str, int]:
@@ -86,10 +86,11 @@ def held_back(using: str, paused: Collection[str] | None = None) -> dict[str, di
 def _full_queues(using: str, limits: Mapping[str, QueueLimits]) -> dict[str, str]:
     """``{queue: "concurrency" or "rate_limit"}`` for the queues whose limit is full now.
 
-    Concurrency first, as in the claim (``db.claim_limited``): a queue with
-    both limits full is held by its concurrency.
+    Full: ``flow.room()``, the claim's own rule, lets no job start. The rate
+    windows are read only for the queues their running jobs do not fill
+    already (those are held by their concurrency, as in the claim).
     """
-    capped = {name: q.concurrency for name, q in limits.items() if q.concurrency is not None}
+    capped = [name for name, q in limits.items() if q.concurrency is not None]
     running: dict[str, int] = {}
     if capped:
         running = dict(
@@ -100,13 +101,22 @@ def _full_queues(using: str, limits: Mapping[str, QueueLimits]) -> dict[str, str
             .values_list("queue")
             .annotate(n=Count("*"))
         )
-    full = {name: "concurrency" for name, cap in capped.items() if running.get(name, 0) >= cap}
-    rates = {
-        name: q.rate_limit
+    counts = {name: FlowCounts(running=running.get(name, 0)) for name in limits}
+    full = {
+        name: held_by
+        for name, q in limits.items()
+        if (held_by := room(q, counts[name], 1).held_by) is not None
+    }
+    windows = {
+        name: q.rate_limit.seconds
         for name, q in limits.items()
         if q.rate_limit is not None and name not in full
     }
-    if rates:
-        starts = db.rate_window_starts(using, {name: r.seconds for name, r in rates.items()})
-        full |= {name: "rate_limit" for name, r in rates.items() if starts.get(name, 0) >= r.count}
+    if windows:
+        starts = db.rate_window_starts(using, windows)
+        for name in windows:
+            state = FlowCounts(running=counts[name].running, recent_starts=starts.get(name, 0))
+            held_by = room(limits[name], state, 1).held_by
+            if held_by is not None:
+                full[name] = held_by
     return full

@@ -180,7 +180,7 @@ class Job(models.Model):
     # Dependencies (``enqueue(depends_on=...)``): the edges are JobDependency
     # rows; these counters let the statement that records a parent's outcome
     # find and release its children without reading anything more when a
-    # job has none (db/queries.sql, record_outcomes).
+    # job has none (db/claims.sql, record_outcomes).
     on_parent_failure = models.CharField(
         _("on parent failure"),
         max_length=8,
@@ -575,7 +575,7 @@ class QueueThrottle(models.Model):
     others' committed claims. Two array columns, ``starts`` and ``counts``,
     hold the claims of the queue within the last rate window (when, and how
     many jobs each started): the sliding window the rate limit counts. They
-    belong to the claim's SQL (``db/queries.sql``) and are not model fields:
+    belong to the claim's SQL (``db/flow_control.sql``) and are not model fields:
     the ORM never reads them, and an ``ArrayField`` would make projects add
     ``django.contrib.postgres`` to ``INSTALLED_APPS`` (Django 6.1's check
     postgres.E005). Rows of queues without

@@ -1,11 +1,14 @@
-"""Load the named queries of ``queries.sql`` into ``QUERIES``.
+"""Load the named queries of the gateway's ``.sql`` files into ``QUERIES``.
 
-SQL lives in a ``.sql`` file so it reads (and diffs) as SQL; a header line
-``-- name --`` starts each query, the comment lines after it describe it.
-A name starting with ``_`` is a fragment, not a query: a line ``<<_name>>``
-(or ``<<_name>>,``, to go on with a WITH) in a query stands for it (the
-claim queries share their UPDATE that way).
-Only the gateway (``db/__init__.py``) runs them.
+SQL lives in ``.sql`` files so it reads (and diffs) as SQL, one beside each
+module of the gateway that runs it (``enqueue.sql`` for ``enqueue.py``, and
+so on); a header line ``-- name --`` starts each query, the comment lines
+after it describe it. A name starting with ``_`` is a fragment, not a
+query: a line ``<<_name>>`` (or ``<<_name>>,``, to go on with a WITH) in a
+query stands for it (the claim queries share their UPDATE that way, the
+inserts their column list). Fragments and names are shared by all the
+files: a name is defined once in the package. Only the gateway (``db/``)
+runs them.
 """
 
 from __future__ import annotations
@@ -51,8 +54,16 @@ def parse_queries(text: str) -> dict[str, str]:
     }
 
 
-QUERIES: dict[str, str] = parse_queries(
-    resources.files(__package__ or "django_durable_jobs.db")
-    .joinpath("queries.sql")
-    .read_text(encoding="utf-8")
-)
+#: The gateway's SQL files, one per area (see ``db/__init__.py``).
+SQL_FILES = ("enqueue.sql", "claims.sql", "flow_control.sql", "maintenance.sql", "presence.sql")
+
+
+def _read(name: str) -> str:
+    return (
+        resources.files(__package__ or "django_durable_jobs.db")
+        .joinpath(name)
+        .read_text(encoding="utf-8")
+    )
+
+
+QUERIES: dict[str, str] = parse_queries("\n".join(_read(name) for name in SQL_FILES))

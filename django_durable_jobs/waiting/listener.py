@@ -26,10 +26,9 @@ import uuid
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-import psycopg
-
 from .. import db
 from ..constants import FINISHED_NOTIFY_PREFIX
+from ..services import Service
 
 logger = logging.getLogger("django_durable_jobs.waiting")
 
@@ -37,8 +36,6 @@ logger = logging.getLogger("django_durable_jobs.waiting")
 IDLE_SECONDS = 30.0
 #: How often the thread looks up from its connection (close and idle checks).
 TICK_SECONDS = 0.5
-RECONNECT_BASE_SECONDS = 0.5
-RECONNECT_CAP_SECONDS = 30.0
 
 
 class Waiter(Protocol):
@@ -90,20 +87,27 @@ class LoopWaiter:
         return self._event.is_set()
 
 
-class WaitListener:
+class WaitListener(Service):
     """The LISTEN thread of one database alias, and the waiters it wakes, by job id.
 
     Thread-safe: waiters come and go from any thread (or event loop) while
-    the listener's thread dispatches notifications.
+    the listener's thread dispatches notifications. A ``Service`` whose
+    thread starts with the first waiter (``add``), ends after
+    ``IDLE_SECONDS`` without one, and starts again with the next, until
+    ``stop()`` (``close()``).
     """
 
+    stop_timeout = 2 * TICK_SECONDS + 1
+
     def __init__(self, alias: str) -> None:
+        super().__init__(f"durable-jobs-wait-listener-{alias}")
         self.alias = alias
         #: Set while LISTEN is established (tests and diagnostics read it).
         self.connected = threading.Event()
         self._lock = threading.Lock()
         self._waiters: dict[uuid.UUID, set[Waiter]] = {}
-        self._thread: threading.Thread | None = None
+        # The connection's parameters, read by add() on a waiter's thread.
+        self._params: dict[str, Any] = {}
         #: When the last waiter left (monotonic seconds).
         self._idle_since = time.monotonic()
         self._closed = threading.Event()
@@ -118,14 +122,8 @@ class WaitListener:
                 # The connection's parameters are read here, on the caller's
                 # thread: Django's connection objects are per thread. Those of
                 # LISTEN_DATABASE, when set (a pooler in front of the alias).
-                params = db.connection_params(db.listen_alias(self.alias))
-                self._thread = threading.Thread(
-                    target=self._run,
-                    args=(params,),
-                    name=f"durable-jobs-wait-listener-{self.alias}",
-                    daemon=True,
-                )
-                self._thread.start()
+                self._params = db.connection_params(db.listen_alias(self.alias))
+                self.start()
 
     def remove(self, job_id: uuid.UUID, waiter: Waiter) -> None:
         with self._lock:
@@ -144,11 +142,20 @@ class WaitListener:
 
     def close(self) -> None:
         """End the thread and keep it from starting again (tests; an interpreter's end)."""
+        self.stop()
+
+    def stop(self, timeout: float | None = None) -> bool:
         with self._lock:
             self._closed.set()
+            # Taken under the lock: an ending thread forgets itself (_should_end).
             thread = self._thread
         if thread is not None:
-            thread.join(timeout=2 * TICK_SECONDS + 1)
+            thread.join(self.stop_timeout if timeout is None else timeout)
+        return thread is None or not thread.is_alive()
+
+    def _request_stop(self) -> None:
+        with self._lock:
+            self._closed.set()
 
     def _wake(self, job_ids: Iterable[uuid.UUID] | None) -> None:
         """Wake the waiters of ``job_ids`` (None: all of them)."""
@@ -175,9 +182,22 @@ class WaitListener:
             self.connected.clear()
             return True
 
-    def _run(self, params: dict[str, Any]) -> None:
+    def _run(self) -> None:
         try:
-            self._listen(params)
+            db.listen_loop(
+                self._params,
+                [db.finished_channel()],
+                read_timeout=TICK_SECONDS,
+                should_end=self._should_end,
+                pause=self._closed.wait,
+                # Whatever finished while this connection was not listening.
+                on_connect=self._connected,
+                on_notify=lambda notify: self._wake(finished_ids(notify.payload)),
+                on_lost=self.connected.clear,
+                logger=logger,
+                what="LISTEN connection for wait()",
+                meanwhile="waiters poll meanwhile",
+            )
         finally:
             # Ended by an unexpected error too: the next waiter starts a new thread.
             with self._lock:
@@ -185,33 +205,9 @@ class WaitListener:
                     self._thread = None
             self.connected.clear()
 
-    def _listen(self, params: dict[str, Any]) -> None:
-        delay = RECONNECT_BASE_SECONDS
-        channel = db.finished_channel()
-        while not self._should_end():
-            try:
-                with psycopg.connect(**params, autocommit=True) as conn:
-                    db.listen(conn, channel)
-                    if delay > RECONNECT_BASE_SECONDS:
-                        logger.info("Listening again for finished jobs on channel %s", channel)
-                    delay = RECONNECT_BASE_SECONDS
-                    self.connected.set()
-                    # Whatever finished while this connection was not listening.
-                    self._wake(None)
-                    while True:
-                        for notify in conn.notifies(timeout=TICK_SECONDS):
-                            self._wake(finished_ids(notify.payload))
-                        if self._should_end():
-                            return
-            except psycopg.Error as exc:
-                self.connected.clear()
-                logger.warning(
-                    "LISTEN connection for wait() lost (%s); reconnecting in %.1fs, "
-                    "waiters poll meanwhile",
-                    exc, delay,
-                )  # fmt: skip
-                self._closed.wait(delay)
-                delay = min(RECONNECT_CAP_SECONDS, delay * 2)
+    def _connected(self) -> None:
+        self.connected.set()
+        self._wake(None)
 
 
 def finished_ids(payload: str) -> list[uuid.UUID]:

@@ -19,6 +19,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 
 from .. import db, hooks
 from ..db.records import Outcome
+from ..services import Service
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -28,7 +29,7 @@ RETRY_BASE_SECONDS = 0.1
 RETRY_CAP_SECONDS = 5.0
 
 
-class Completer:
+class Completer(Service):
     def __init__(
         self,
         alias: str,
@@ -47,12 +48,7 @@ class Completer:
         # Set while a batch cannot be written for connection trouble: the
         # loop claims nothing meanwhile (see ``failing``).
         self._failing = False
-        self._thread = threading.Thread(
-            target=self._run, name="durable-jobs-completer", daemon=True
-        )
-
-    def start(self) -> None:
-        self._thread.start()
+        super().__init__("durable-jobs-completer")
 
     def submit(self, outcome: Outcome) -> None:
         with self._cond:
@@ -91,13 +87,19 @@ class Completer:
                 self._cond.wait(left)
         return True
 
-    def stop(self, timeout: float) -> bool:
-        written = self.flush(timeout)
+    #: After the flush: the thread has only to see the stop.
+    stop_timeout = 1.0
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Write what was submitted (up to ``timeout`` s), then end; False: some was not."""
+        written = self.flush(self.stop_timeout if timeout is None else timeout)
+        super().stop()
+        return written
+
+    def _request_stop(self) -> None:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        self._thread.join(timeout=1.0)
-        return written
 
     def _run(self) -> None:
         try:

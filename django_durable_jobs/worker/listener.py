@@ -27,16 +27,15 @@ from collections.abc import Callable
 import psycopg
 
 from .. import db
+from ..conf import jobs_settings
 from ..constants import CANCEL_NOTIFY_PREFIX, QUEUE_STATE_NOTIFY_PREFIX
+from ..services import Service
 from .probe import NotificationProbe
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
-RECONNECT_BASE_SECONDS = 0.5
-RECONNECT_CAP_SECONDS = 30.0
 
-
-class Listener:
+class Listener(Service):
     def __init__(
         self,
         alias: str,
@@ -59,64 +58,90 @@ class Listener:
         # Called with the queue paused or resumed; None after a reconnect.
         self._queue_state = queue_state
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="durable-jobs-listener", daemon=True)
+        super().__init__("durable-jobs-listener")
         self.connected = threading.Event()
 
-    def start(self) -> None:
-        self._thread.start()
+    stop_timeout = 2.0
 
-    def stop(self) -> None:
+    @classmethod
+    def for_worker(
+        cls,
+        alias: str,
+        listen_alias: str | None,
+        queues: frozenset[str] | None,
+        poll_interval: float,
+        wake: Callable[[], None],
+        *,
+        on_cancel: Callable[[uuid.UUID], None],
+        queue_state: Callable[[str | None], None],
+    ) -> Listener:
+        """A worker's listener on ``NOTIFY_CHANNEL``, with its probe."""
+        listen_alias = listen_alias or alias
+        return cls(
+            alias,
+            str(jobs_settings.NOTIFY_CHANNEL),
+            queues,
+            wake,
+            on_cancel=on_cancel,
+            queue_state=queue_state,
+            listen_alias=listen_alias,
+            probe=NotificationProbe(
+                alias=alias, listen_alias=listen_alias, poll_interval=poll_interval
+            ),
+        )
+
+    def _request_stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=2.0)
+
+    def stop(self, timeout: float | None = None) -> bool:
+        stopped = super().stop(timeout)
         if self.probe is not None:
             self.probe.forget()
+        return stopped
 
     def _run(self) -> None:
-        delay = RECONNECT_BASE_SECONDS
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(**self._params, autocommit=True) as conn:
-                    db.listen(conn, self._channel)
-                    probe = self.probe
-                    if probe is not None:
-                        db.listen(conn, probe.channel)
-                        probe.listening()
-                    if delay > RECONNECT_BASE_SECONDS:
-                        logger.info("Listening again on channel %s", self._channel)
-                    delay = RECONNECT_BASE_SECONDS
-                    self.connected.set()
-                    # Whatever was enqueued (or paused) while we were not listening.
-                    self._wake()
-                    if self._queue_state is not None:
-                        self._queue_state(None)
-                    while not self._stop.is_set():
-                        if probe is not None:
-                            probe.tick()
-                        # A short timeout: stop() is noticed quickly at shutdown.
-                        for notify in conn.notifies(timeout=0.25):
-                            if probe is not None and notify.channel == probe.channel:
-                                probe.heard(notify.payload)
-                            elif notify.payload.startswith(CANCEL_NOTIFY_PREFIX):
-                                self._cancel_notified(notify.payload)
-                            elif notify.payload.startswith(QUEUE_STATE_NOTIFY_PREFIX):
-                                if self._queue_state is not None:
-                                    self._queue_state(
-                                        notify.payload[len(QUEUE_STATE_NOTIFY_PREFIX) :]
-                                    )
-                            elif self._queues is None or notify.payload in self._queues:
-                                self._wake()
-            except psycopg.Error as exc:
-                self.connected.clear()
-                if self.probe is not None:
-                    self.probe.not_listening()
-                if self._stop.is_set():
-                    return
-                logger.warning(
-                    "LISTEN connection lost (%s); reconnecting in %.1fs, polling meanwhile",
-                    exc, delay,
-                )  # fmt: skip
-                self._stop.wait(delay)
-                delay = min(RECONNECT_CAP_SECONDS, delay * 2)
+        probe = self.probe
+        db.listen_loop(
+            self._params,
+            [self._channel] if probe is None else [self._channel, probe.channel],
+            # Short: stop() is noticed quickly at shutdown.
+            read_timeout=0.25,
+            should_end=self._stop.is_set,
+            pause=self._stop.wait,
+            on_connect=self._connected,
+            on_notify=self._heard,
+            on_lost=self._lost,
+            on_tick=None if probe is None else probe.tick,
+            logger=logger,
+            what="LISTEN connection",
+            meanwhile="polling meanwhile",
+        )
+
+    def _connected(self) -> None:
+        if self.probe is not None:
+            self.probe.listening()
+        self.connected.set()
+        # Whatever was enqueued (or paused) while we were not listening.
+        self._wake()
+        if self._queue_state is not None:
+            self._queue_state(None)
+
+    def _lost(self) -> None:
+        self.connected.clear()
+        if self.probe is not None:
+            self.probe.not_listening()
+
+    def _heard(self, notify: psycopg.Notify) -> None:
+        payload = notify.payload
+        if self.probe is not None and notify.channel == self.probe.channel:
+            self.probe.heard(payload)
+        elif payload.startswith(CANCEL_NOTIFY_PREFIX):
+            self._cancel_notified(payload)
+        elif payload.startswith(QUEUE_STATE_NOTIFY_PREFIX):
+            if self._queue_state is not None:
+                self._queue_state(payload[len(QUEUE_STATE_NOTIFY_PREFIX) :])
+        elif self._queues is None or payload in self._queues:
+            self._wake()
 
     def _cancel_notified(self, payload: str) -> None:
         if self._on_cancel is None:

@@ -39,6 +39,7 @@ from .. import db, hooks, metrics, pruning
 from ..backoff import RetryPolicy
 from ..conf import jobs_settings
 from ..db.records import ExpiredLease, Outcome, Transition
+from ..services import Service
 from . import outcomes
 from .throughput import QUEUE_STATS_KEEP, OutcomeCounts
 
@@ -98,7 +99,7 @@ def _spread(interval: float, low: float, high: float) -> float:
     return interval * random.uniform(low, high)  # noqa: S311 (jitter, not a secret)
 
 
-class Maintenance:
+class Maintenance(Service):
     """The heartbeat, the reaper and the pruner of one worker.
 
     ``held()`` gives the leases to extend (``{job id: lease token}``);
@@ -144,9 +145,7 @@ class Maintenance:
         self._policy = policy
         self._history_limit = history_limit
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name="durable-jobs-maintenance", daemon=True
-        )
+        super().__init__("durable-jobs-maintenance")
         self.heartbeat_interval = max(0.05, lease_seconds / 3)
         # Reap about twice per lease, jittered so workers do not all try at once.
         self.reap_interval = max(0.1, lease_seconds / 2)
@@ -154,14 +153,14 @@ class Maintenance:
         self.retention = pruning.retention_periods(jobs_settings.RETENTION)
         self.prune_interval = PRUNE_INTERVAL
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
+    def _request_stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5.0)
+
+    def stop(self, timeout: float | None = None) -> bool:
+        stopped = super().stop(timeout)
         # The last outcomes (the completer has written them by now) are counted too.
         self._guarded(self.flush_counts)
+        return stopped
 
     def _run(self) -> None:
         # The first heartbeat at once: the worker shows up as alive from the start.

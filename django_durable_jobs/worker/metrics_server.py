@@ -33,6 +33,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from .. import metrics
+from ..services import Service
 
 StartResponse = Callable[..., Any]
 
@@ -163,7 +164,7 @@ def make_app(
     return app
 
 
-class MetricsServer:
+class MetricsServer(Service):
     """The HTTP server, started on a daemon thread; ``stop()`` closes the port.
 
     ``max_threads``, ``idle_timeout`` and ``max_seconds`` are there for the
@@ -196,13 +197,16 @@ class MetricsServer:
         )
         self._server.set_app(make_app(healthy, notes))
         self.port = self._server.server_port
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="durable-jobs-metrics", daemon=True
-        )
+        super().__init__("durable-jobs-metrics")
 
-    def start(self) -> None:
-        self._thread.start()
+    def _run(self) -> None:
+        self._server.serve_forever()
 
-    def stop(self) -> None:
-        self._server.shutdown()
+    def _request_stop(self) -> None:
+        if self.alive:  # shutdown() waits for serve_forever(): only once it runs
+            self._server.shutdown()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        stopped = super().stop(timeout)
         self._server.server_close()
+        return stopped

@@ -31,10 +31,12 @@ not lock.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from .. import metrics
 from ..db.records import ClaimedJob
 from .slots import MAX_SLOTS, Slots, SlotsError, check_queue_slots
 
@@ -45,10 +47,16 @@ __all__ = [
     "SlotGroup",
     "Slots",
     "SlotsError",
+    "busy_slots",
     "check_queue_slots",
+    "grew",
     "groups_for",
+    "next_shrink_at",
+    "shrink_quiet",
     "total_size",
 ]
+
+logger = logging.getLogger("django_durable_jobs.worker")
 
 #: Seconds a slot may stay unused before an elastic group stops it.
 SCALE_DOWN_AFTER_SECONDS = 30.0
@@ -208,3 +216,36 @@ def groups_for(
 
 def total_size(groups: Iterable[SlotGroup]) -> int:
     return sum(group.size for group in groups)
+
+
+def busy_slots(groups: Iterable[SlotGroup]) -> int:
+    """Slots with a job, claimed or running (claimed-ahead jobs take no slot of their own)."""
+    return sum(min(group.running, group.size) for group in groups)
+
+
+def next_shrink_at(groups: Iterable[SlotGroup]) -> float | None:
+    """When some elastic group may next stop a slot (monotonic), if any can."""
+    return min((t for g in groups if (t := g.next_shrink_at()) is not None), default=None)
+
+
+def shrink_quiet(groups: Sequence[SlotGroup], now: float, worker_id: str) -> None:
+    """Stop the slots that stayed unused for a quiet period; log and count it."""
+    for group in groups:
+        stopped = group.shrink_if_quiet(now)
+        if stopped:
+            metrics.set_worker_slots(total_size(groups))
+            logger.info(
+                "Slots shrank group=%s slots=%s min=%s: %s slot(s) unused for %ss",
+                group.label, group.size, group.slots.minimum, stopped,
+                group.scale_down_after, extra={"worker_id": worker_id},
+            )  # fmt: skip
+
+
+def grew(groups: Iterable[SlotGroup], size: int, worker_id: str) -> None:
+    """These groups grew by a slot (the worker now has ``size``): log and count it."""
+    metrics.set_worker_slots(size)
+    for group in groups:
+        logger.info(
+            "Slots grew group=%s slots=%s max=%s: every slot is busy and jobs wait",
+            group.label, group.size, group.slots.maximum, extra={"worker_id": worker_id},
+        )  # fmt: skip

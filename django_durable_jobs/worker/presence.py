@@ -11,10 +11,14 @@ import contextlib
 import os
 import socket
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
 from .. import __version__, db
+
+if TYPE_CHECKING:
+    from .config import WorkerConfig
 
 #: Rows of workers killed without a graceful stop are deleted by the next
 #: heartbeat of any worker once this old (kept a while for the admin).
@@ -25,6 +29,23 @@ class Presence:
     """``concurrency`` in the row is the worker's current number of slots
     (``current_slots()`` at each heartbeat), which an elastic pool changes;
     ``slots_in_use`` is ``busy_slots()`` then (the admin's Workers page)."""
+
+    @classmethod
+    def for_worker(
+        cls,
+        config: WorkerConfig,
+        current_slots: Callable[[], int],
+        busy_slots: Callable[[], int],
+    ) -> Presence:
+        return cls(
+            alias=config.alias,
+            worker_id=config.worker_id,
+            queues=config.queues,
+            max_slots=config.max_slots,
+            lease_seconds=config.lease_seconds,
+            current_slots=current_slots,
+            busy_slots=busy_slots,
+        )
 
     def __init__(
         self,

@@ -29,6 +29,7 @@ from ..enqueueing import enqueue
 from ..exceptions import DurableJobsError, IdempotencyConflict
 from ..models import ScheduleState
 from ..schedules import Schedule, due_tick, load_schedules, missed_tick_count
+from ..services import Service
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -41,7 +42,7 @@ ERROR_RETRY_BASE = 0.5
 ERROR_RETRY_CAP = 30.0
 
 
-class Scheduler:
+class Scheduler(Service):
     def __init__(self, alias: str, worker_id: str, schedules: list[Schedule]) -> None:
         self.alias = alias
         self.worker_id = worker_id
@@ -50,9 +51,7 @@ class Scheduler:
         # tick at or before it needs no query at all.
         self._known: dict[str, datetime] = {}
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name="durable-jobs-scheduler", daemon=True
-        )
+        super().__init__("durable-jobs-scheduler")
 
     @classmethod
     def from_declarations(cls, alias: str, worker_id: str) -> Scheduler | None:
@@ -77,12 +76,10 @@ class Scheduler:
             self.worker_id, ",".join(s.name for s in self.schedules),
             extra={"worker_id": self.worker_id},
         )  # fmt: skip
-        self._thread.start()
+        super().start()
 
-    def stop(self) -> None:
+    def _request_stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
         failures = 0

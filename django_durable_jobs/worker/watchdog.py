@@ -51,6 +51,7 @@ from collections.abc import Callable
 from .. import metrics
 from ..backoff import RetryPolicy
 from ..db.records import ClaimedJob, Outcome
+from ..services import Service
 from . import outcomes
 from .attempts import Attempt, AttemptTable
 from .executor import timed_out
@@ -78,7 +79,7 @@ def handler_stack(attempt: Attempt) -> tuple[str, str]:
     return "thread", thread_stack(attempt.thread_id)
 
 
-class Watchdog:
+class Watchdog(Service):
     """Enforces the deadlines of the attempts in one worker's attempt table.
 
     ``submit`` hands the failed attempt's outcome to the completer;
@@ -107,7 +108,7 @@ class Watchdog:
         # On the table's lock: a new deadline and the wake-up it needs are one step.
         self._cond = threading.Condition(attempts.lock)
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="durable-jobs-watchdog", daemon=True)
+        super().__init__("durable-jobs-watchdog")
         #: Attempts failed at their deadline, for tests and logs.
         self.timed_out = 0
         #: Attempts of cancelled jobs ended here, their handler still running.
@@ -135,14 +136,10 @@ class Watchdog:
                 self._cond.notify_all()  # a deadline came forward
         return told
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
+    def _request_stop(self) -> None:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        self._thread.join(timeout=5.0)
 
     def deadlines(self) -> dict[uuid.UUID, float]:
         """Monotonic deadlines of the running attempts that have one, by lease token."""

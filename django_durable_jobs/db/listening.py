@@ -1,0 +1,90 @@
+"""The LISTEN loop: one psycopg connection of its own, reconnected with backoff.
+
+Shared by the worker's listener (``worker/listener.py``: enqueue, pause,
+cancel and probe notifications) and ``wait()``'s (``waiting/listener.py``:
+finished jobs). Each says what to do on a (re)connection, on a notification
+and between reads; this module owns the connection, the ``LISTEN``
+statements and the reconnect delays. Notifications can be lost while the
+connection is down: ``on_connect`` is where a caller looks again at what
+may have happened meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import psycopg
+
+from ..conf import jobs_settings
+
+RECONNECT_BASE_SECONDS = 0.5
+RECONNECT_CAP_SECONDS = 30.0
+
+
+def listen_alias(using: str) -> str:
+    """The database alias to LISTEN on for the job database ``using``.
+
+    ``LISTEN_DATABASE`` when set: a transaction pooler in front of ``using``
+    runs each statement on whichever server connection is free, so a LISTEN
+    through it lands on a connection the listener no longer holds, and
+    nothing it LISTENs for ever reaches it.
+    """
+    alias = jobs_settings.LISTEN_DATABASE
+    return using if alias is None else str(alias)
+
+
+def listen(conn: psycopg.Connection[Any], channel: str) -> None:
+    """``LISTEN`` on ``channel`` (an identifier: it cannot be a bound parameter)."""
+    conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+
+
+def listen_loop(
+    params: Mapping[str, Any],
+    channels: Iterable[str],
+    *,
+    read_timeout: float,
+    should_end: Callable[[], bool],
+    pause: Callable[[float], object],
+    on_connect: Callable[[], None],
+    on_notify: Callable[[psycopg.Notify], None],
+    on_lost: Callable[[], None],
+    on_tick: Callable[[], None] | None = None,
+    logger: logging.Logger,
+    what: str,
+    meanwhile: str,
+) -> None:
+    """LISTEN on ``channels`` until ``should_end()``, reconnecting after an error.
+
+    ``read_timeout``: how long one read waits for notifications (and so how
+    soon ``should_end`` is seen); ``on_tick`` runs before each read.
+    ``on_lost`` runs when the connection fails, then (unless the loop
+    should end) ``pause(delay)`` waits before the next try: 0.5 s, doubling
+    up to 30 s. ``what`` and ``meanwhile`` word the log lines
+    (``"LISTEN connection"``, ``"polling meanwhile"``).
+    """
+    delay = RECONNECT_BASE_SECONDS
+    while not should_end():
+        try:
+            with psycopg.connect(**params, autocommit=True) as conn:
+                names = list(channels)
+                for channel in names:
+                    listen(conn, channel)
+                if delay > RECONNECT_BASE_SECONDS:
+                    logger.info("%s listening again on channel %s", what, names[0])
+                delay = RECONNECT_BASE_SECONDS
+                on_connect()
+                while not should_end():
+                    if on_tick is not None:
+                        on_tick()
+                    for notify in conn.notifies(timeout=read_timeout):
+                        on_notify(notify)
+                return
+        except psycopg.Error as exc:
+            on_lost()
+            if should_end():
+                return
+            logger.warning("%s lost (%s); reconnecting in %.1fs, %s", what, exc, delay, meanwhile)
+            pause(delay)
+            delay = min(RECONNECT_CAP_SECONDS, delay * 2)

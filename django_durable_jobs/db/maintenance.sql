@@ -1,0 +1,86 @@
+-- Maintenance: leases, the reaper, cancel polls, pruning. Run by db/maintenance.py.
+-- Each query starts with a `-- name --` header and a one-line description;
+-- parameters are named: %(name)s. A name starting with _ is a fragment,
+-- included by a line <<_name>> (queries.py), from any of the gateway's files.
+
+-- extend_leases --
+-- Heartbeat: push back the lease expiry of the jobs this worker still holds (matched by lease token), locking them in id order as record_outcomes does: the completer may be writing the outcomes of some of the same jobs at that moment, and two statements locking the same rows in different orders deadlock. Returns the ids extended; a held job missing from them was reaped.
+WITH locked AS (
+    SELECT job.id
+    FROM durable_jobs_job AS job
+    JOIN unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS held(id, token)
+        ON job.id = held.id AND job.lease_token = held.token
+    WHERE job.status = 'running'
+    ORDER BY job.id
+    FOR NO KEY UPDATE OF job
+)
+UPDATE durable_jobs_job AS job
+SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s::float8)
+FROM locked
+WHERE job.id = locked.id
+RETURNING job.id;
+
+-- reap_jobs --
+-- Find and lock (up to %(limit)s) running jobs whose lease expired: their worker died or hung. The reaper decides each one's retry, dead or (a cancel was requested) cancel in Python (the same rules as a failed attempt) and writes them with record_outcomes in the same transaction, fenced by the lease token read here. A transaction-level advisory lock lets one reaper work at a time; the others find nothing.
+WITH reaper AS (
+    SELECT pg_try_advisory_xact_lock(%(lock_key)s) AS acquired
+)
+SELECT id, type, queue, attempts, max_attempts, lease_token, lease_holder, lease_expires_at,
+    cancel_requested_at IS NOT NULL, dependent_count
+FROM durable_jobs_job
+WHERE status = 'running' AND lease_expires_at < now()
+    AND (SELECT acquired FROM reaper)
+ORDER BY lease_expires_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- cancel_requests --
+-- The fallback for a lost cancel notification, polled by each worker's maintenance thread while it holds jobs: which of these (held, by lease token) running jobs have a cancel requested. Primary-key lookups; nothing is written.
+SELECT job.id
+FROM durable_jobs_job AS job
+JOIN unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS held(id, token)
+    ON job.id = held.id AND job.lease_token = held.token
+WHERE job.cancel_requested_at IS NOT NULL AND job.status = 'running';
+
+-- prune_jobs --
+-- Delete up to %(limit)s finished jobs (of the given statuses) whose completed_at is older than %(older_than_seconds)s, oldest first. With a %(lock_key)s, a transaction-level advisory lock lets one pruner work at a time and the others skip; NULL (the CLI) prunes without it. Returns whether the lock was acquired and how many rows were deleted.
+WITH pruner AS (
+    -- pg_try_advisory_xact_lock(NULL) is NULL, so a NULL key always "acquires".
+    SELECT (%(lock_key)s::bigint IS NULL OR pg_try_advisory_xact_lock(%(lock_key)s::bigint)) IS NOT FALSE AS acquired
+),
+doomed AS (
+    -- Served by durable_jobs_finished_idx (completed_at, partial on the
+    -- finished statuses). SKIP LOCKED: a row being requeued is left alone,
+    -- and the DELETE never waits on (or blocks) anyone else's row lock.
+    SELECT id
+    FROM durable_jobs_job
+    WHERE status = ANY(%(statuses)s::text[])
+        AND completed_at < now() - make_interval(secs => %(older_than_seconds)s::float8)
+        AND (SELECT acquired FROM pruner)
+    ORDER BY completed_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+unlinked AS (
+    -- Their dependency edges, either end (the job table's foreign keys
+    -- would refuse the DELETE at commit otherwise).
+    DELETE FROM durable_jobs_dependency AS edge
+    USING doomed
+    WHERE edge.child_id = doomed.id OR edge.parent_id = doomed.id
+),
+deleted AS (
+    DELETE FROM durable_jobs_job AS job
+    USING doomed
+    WHERE job.id = doomed.id
+    RETURNING job.id
+)
+SELECT (SELECT acquired FROM pruner), (SELECT count(*) FROM deleted);
+
+-- prune_queue_stats --
+-- Delete the per-minute counts older than %(older_than_seconds)s (the workers' maintenance, about once a minute): the table keeps a couple of hours, a few hundred rows a queue. Returns how many rows were deleted.
+WITH deleted AS (
+    DELETE FROM durable_jobs_queue_stats
+    WHERE minute < now() - make_interval(secs => %(older_than_seconds)s::float8)
+    RETURNING 1
+)
+SELECT count(*) FROM deleted;

@@ -1,0 +1,43 @@
+"""What a worker's ``/healthz`` says (``metrics_server.py`` serves it)."""
+
+from __future__ import annotations
+
+from .listener import Listener
+from .maintenance import Maintenance
+
+
+def healthy(
+    now: float,
+    *,
+    loop_alive: bool,
+    claim_failing: bool,
+    maintenance: Maintenance,
+    poll_interval: float,
+) -> bool:
+    """The loop runs, its last claim worked, and the maintenance thread reached the
+    database within three heartbeats."""
+    last = maintenance.last_heartbeat_ok
+    return (
+        loop_alive
+        and not claim_failing
+        and last is not None
+        and now - last <= 3 * maintenance.heartbeat_interval + poll_interval
+    )
+
+
+def notifications_arriving(listener: Listener | None) -> bool | None:
+    """Whether the last probe of the LISTEN connection arrived (None: not known yet,
+    or the worker does not listen)."""
+    if listener is None or listener.probe is None:
+        return None
+    return listener.probe.arriving
+
+
+def health_notes(listener: Listener | None, poll_interval: float) -> list[str]:
+    """Lines that qualify the answer (not a failure: the worker polls)."""
+    if notifications_arriving(listener) is False:
+        return [
+            f"notifications: not arriving (polling every {poll_interval:g}s; "
+            "see DURABLE_JOBS['LISTEN_DATABASE'])"
+        ]
+    return []
