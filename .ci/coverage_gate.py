@@ -36,7 +36,9 @@ def coverage(*args: str, data: Path) -> None:
 
 
 def measure(data: Path) -> dict[str, Any]:
-    coverage("combine", "--quiet", "--keep", str(data), data=data)
+    if any(data.glob("cov.*")):
+        # Into DIR/cov, with what an earlier combine left there.
+        coverage("combine", "--append", "--quiet", str(data), data=data)
     report = data / "coverage.json"
     coverage("json", "--quiet", "-o", str(report), data=data)
     raw = json.loads(report.read_text())
@@ -66,7 +68,7 @@ def main() -> int:
     parser.add_argument("--report", action="store_true", help="print coverage's per-file report")
     args = parser.parse_args()
     data = args.data.resolve()
-    if not any(data.glob("cov.*")):
+    if not any(data.glob("cov*")):
         print(f"coverage-gate: no coverage data in {data}", file=sys.stderr)
         return 1
     now = measure(data)
