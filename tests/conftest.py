@@ -75,7 +75,8 @@ _hypothesis_profiles()
 
 
 #: A UUID in a parameter's id: some tests parametrize over fresh uuid4()s.
-_UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
+_UUID_HEX = re.compile(r"[0-9a-f]{32}", re.I)
 
 
 def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
@@ -85,6 +86,8 @@ def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str)
     made from a fresh ``uuid4()`` differs from process to process.
     """
     if isinstance(val, uuid.UUID):
+        return "UUID"
+    if isinstance(val, str) and _UUID_HEX.fullmatch(val):
         return "UUID"
     if isinstance(val, str) and _UUID.search(val):
         return _UUID.sub("UUID", val)
