@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -86,3 +88,35 @@ def _hypothesis_profiles() -> None:
 
 
 _hypothesis_profiles()
+
+
+#: A UUID in a parameter's id: some tests parametrize over fresh uuid4()s.
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
+_UUID_HEX = re.compile(r"[0-9a-f]{32}", re.I)
+
+
+def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+    """Stable test ids for parameters holding a random UUID.
+
+    pytest-xdist requires each worker to collect the same test ids; an id
+    made from a fresh ``uuid4()`` differs from process to process.
+    """
+    if isinstance(val, uuid.UUID):
+        return "UUID"
+    if isinstance(val, str) and _UUID_HEX.fullmatch(val):
+        return "UUID"
+    if isinstance(val, str) and _UUID.search(val):
+        return _UUID.sub("UUID", val)
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Transactional tests reset the database with DELETE instead of TRUNCATE (tests/reset.py):
+    # the per-test TRUNCATE was the largest single cost of the suite. TEST_FLUSH=truncate
+    # keeps Django's own reset (to tell whether a failure has to do with it).
+    import os
+
+    from tests import reset
+
+    if os.environ.get("TEST_FLUSH") != "truncate":
+        reset.install()
