@@ -78,9 +78,12 @@ def test_a_killed_worker_s_key_and_queue_slots_free_within_a_lease(
         if fleet.kills >= kills:
             return
         for worker in random.sample(fleet.alive(), len(fleet.alive())):
+            # Still running under its lease as read here: a job that finished between
+            # fleet.held_by() and this read has no expiry (and freed its slot itself).
             held = (
                 Job.objects.using(alias)
-                .filter(pk__in=fleet.held_by(worker))
+                .filter(pk__in=fleet.held_by(worker), status=JobStatus.RUNNING)
+                .exclude(lease_expires_at=None)
                 .exclude(concurrency_key=None, queue="default")
             )
             expiries = {slot_of(job): job.lease_expires_at for job in held}
