@@ -104,7 +104,7 @@ def run(database: Database, fleet: Fleet, server: Server, mode: Mode, hog: Hog) 
         body = {"type": "tests.record", "payload": {}, "idempotency_key": key}
         return server.request("POST", "/api/jobs", body, token)
 
-    total = mode.pick(short=1_500, long=5_000)
+    total = mode.pick(short=800, long=5_000)
     hold = mode.pick(short=8, long=30)
     jobs = enqueue_flow(database.alias, total, sleep=(0.02, 0.05), random_=random)
     started = time.monotonic()

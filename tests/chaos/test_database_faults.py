@@ -51,8 +51,8 @@ def test_restarts_and_terminate_storms_lose_nothing(
 ) -> None:
     random, seed = rng()
     cluster = database.cluster
-    first = mode.pick(short=3_000, long=10_000)
-    second = mode.pick(short=1_500, long=6_000)
+    first = mode.pick(short=1_500, long=10_000)
+    second = mode.pick(short=800, long=6_000)
     storm_seconds = mode.pick(short=10, long=30)
     jobs = enqueue_flow(database.alias, first, sleep=(0.02, 0.06), random_=random)
     started = time.monotonic()

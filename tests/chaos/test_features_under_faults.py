@@ -62,7 +62,7 @@ def test_a_killed_worker_s_key_and_queue_slots_free_within_a_lease(
     ]
     rows += [{"type": "tests.record", "queue": "single", **spec}] * (2 * per_key)
     jobs = [result.job.pk for result in enqueue_many(rows, using=alias)]
-    jobs += enqueue_flow(alias, mode.pick(short=300, long=1_500), random_=random)
+    jobs += enqueue_flow(alias, mode.pick(short=150, long=1_500), random_=random)
     slots = {job.pk: slot_of(job) for job in Job.objects.using(alias).filter(pk__in=jobs)}
     started = time.monotonic()
     for _ in range(3):
@@ -136,7 +136,7 @@ def test_chains_whose_workers_die_mid_parent_complete_in_order(
 
     chains = [
         [result.job.pk for result in chain(*(link() for _ in range(4)), using=alias)]
-        for _ in range(mode.pick(short=60, long=400))
+        for _ in range(mode.pick(short=30, long=400))
     ]
     jobs = [pk for links in chains for pk in links]
     started = time.monotonic()
@@ -189,7 +189,7 @@ def test_cancelled_running_jobs_of_killed_workers_end_cancelled(
         enqueue("tests.ignores_cancel", {"seconds": 120}, max_attempts=5, using=alias).job.pk
         for _ in range(mode.pick(short=4, long=12))
     ]
-    flow = enqueue_flow(alias, mode.pick(short=400, long=2_000), sleep=(0.01, 0.05), random_=random)
+    flow = enqueue_flow(alias, mode.pick(short=200, long=2_000), sleep=(0.01, 0.05), random_=random)
     jobs = stubborn + flow
     started = time.monotonic()
     args = ("--concurrency", str(len(stubborn)), "--lease-seconds", "2", "--poll-interval", "0.2")

@@ -51,7 +51,7 @@ def test_the_other_hosts_reap_a_dead_host_s_jobs(
     # In network namespaces of their own, the hosts reach the server by its socket only.
     fleet = Fleet(alias, process_env(database.socket_url if isolated else database.url), tmp_path)
     try:
-        total = mode.pick(short=1_500, long=6_000)
+        total = mode.pick(short=800, long=6_000)
         jobs = enqueue_flow(alias, total, sleep=(0.01, 0.05), random_=random)
         started = time.monotonic()
         hosts = {host: [start(fleet, host, isolated) for _ in range(2)] for host in HOSTS}

@@ -34,7 +34,7 @@ def test_poison_jobs_end_dead_and_the_rest_flows(
     database: Database, fleet: Fleet, mode: Mode
 ) -> None:
     random, seed = rng()
-    total = mode.pick(short=1_500, long=6_000)
+    total = mode.pick(short=800, long=6_000)
     jobs = enqueue_flow(database.alias, total // 2, random_=random)
     poison = [
         enqueue("tests.crash", max_attempts=POISON_ATTEMPTS, using=database.alias).job.pk

@@ -28,7 +28,7 @@ def test_random_sigkills_lose_nothing_and_repeat_only_what_was_in_flight(
     database: Database, fleet: Fleet, mode: Mode
 ) -> None:
     random, seed = rng()
-    total = mode.pick(short=2_000, long=20_000)
+    total = mode.pick(short=1_000, long=20_000)
     jobs = enqueue_flow(database.alias, total, sleep=(0.01, 0.05), random_=random)
     least = mode.pick(short=3, long=20)
     started = time.monotonic()
