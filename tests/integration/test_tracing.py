@@ -29,6 +29,7 @@ from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.operations import cancel
 from tests.factories import PASSWORD, RunningWorker, burst, make_user, wait_until, worker_config
 from tests.spans import captured_spans, named, tracer
+from tests.testapp.models import Execution
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fast_backoff")]
 
@@ -350,9 +351,12 @@ def test_discard_and_cancel_outcomes(spans: InMemorySpanExporter) -> None:
     cancelled = enqueue("tests.cancellable", {"seconds": 30}).job
     running = RunningWorker(worker_config(burst=False))
     try:
+        # Its handler started (it records an execution first), not only its claim: a job
+        # claimed ahead and cancelled before a thread began it never runs, so it has no
+        # attempt span (seen in CI on a loaded machine).
         wait_until(
-            lambda: Job.objects.filter(pk=cancelled.pk, status=JobStatus.RUNNING).exists(),
-            what="the cancellable job to run",
+            lambda: Execution.objects.filter(job_id=cancelled.pk).exists(),
+            what="the cancellable job's handler to start",
         )
         cancel(cancelled.pk)
         wait_until(
