@@ -294,3 +294,15 @@ def explain(sql: str, params: dict[str, object]) -> str:
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
         return json.dumps(cursor.fetchone()[0])
+
+
+def empty_job_table(cursor: Any) -> None:
+    """Start a plan test from an empty job table, not one bloated by earlier tests.
+
+    Each plan test inserts tens of thousands of rows and rolls them back: dead rows
+    that stay in the table's pages until autovacuum comes. The planner costs a scan by
+    the table's pages, so a plan then depended on which tests ran before in the same
+    database (an index was passed over after others' rollbacks, seen in CI). TRUNCATE in
+    the test's transaction gives it fresh, empty files; the rollback restores the old.
+    """
+    cursor.execute("TRUNCATE durable_jobs_job CASCADE")

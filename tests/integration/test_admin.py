@@ -17,6 +17,8 @@ from django_durable_jobs.constants import CREATED_INDEX, QUEUE_INDEX, STATUS_IND
 from django_durable_jobs.models import AuditEntry, Job, JobStatus
 from tests.factories import client_for, user_with
 
+from .helpers import empty_job_table
+
 pytestmark = pytest.mark.django_db
 
 JOBS = "/admin/durable_jobs/job/"
@@ -280,6 +282,7 @@ def test_a_post_to_the_change_page_does_not_change_the_job(admin_client: Client)
 
 def _fill(rows: int) -> None:
     with connection.cursor() as cursor:
+        empty_job_table(cursor)
         cursor.execute(
             """
             INSERT INTO durable_jobs_job (
@@ -295,6 +298,9 @@ def _fill(rows: int) -> None:
             """,
             [rows],
         )
+        # Every row in ANALYZE's sample (300 x the target), so the plans do not depend
+        # on which rows a smaller sample drew.
+        cursor.execute("SET LOCAL default_statistics_target = 1000")
         cursor.execute("ANALYZE durable_jobs_job")
 
 
@@ -338,7 +344,17 @@ def test_the_lists_stay_cheap_with_200_000_rows(admin_client: Client) -> None:
     ],
 )
 def test_each_list_page_reads_an_index(filters: dict[str, str], index: str) -> None:
-    """The list's page query (newest first, Django's "-pk" tiebreak) uses the filter's index."""
+    """The list's page query (newest first, Django's "-pk" tiebreak) reads an index in
+    the page's order: the filter's own, or, for a filter that a quarter of the rows
+    match (queue, status here), the newest-first index, which finds a page of matches
+    in a few hundred rows. Never a sequential scan, never a sort of every match.
+
+    Statistics from the whole table (``_fill``): with ANALYZE's default sample the two
+    plans' costs were close enough that the choice changed from run to run.
+    """
     _fill(50_000)
     plan = Job.objects.filter(**filters).order_by("-created_at", "-pk")[:100].explain()
-    assert index in plan, plan
+    assert index in plan or CREATED_INDEX in plan, plan
+    assert "Seq Scan" not in plan, plan
+    nodes = [line.strip().removeprefix("->").strip() for line in plan.splitlines()]
+    assert not [node for node in nodes if node.startswith("Sort  (")], plan  # a full sort
