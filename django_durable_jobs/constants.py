@@ -76,6 +76,12 @@ DEPENDENCY_UNIQUE = "durable_jobs_dep_uniq"
 DEPENDENCY_PARENT_INDEX = "durable_jobs_dep_parent_idx"
 AUDIT_JOB_INDEX = "durable_jobs_audit_job_idx"
 AUDIT_QUEUE_INDEX = "durable_jobs_audit_queue_idx"
+STEP_UNIQUE = "durable_jobs_step_uniq"
+EVENT_WAITER_KEY_INDEX = "durable_jobs_waiter_key_idx"
+#: A step's name: what the handler passes, plus ``#n`` for a repeat.
+STEP_NAME_MAX_LENGTH = 220
+#: An event's key (``emit_event``, ``ctx.wait_for_event``): the queue-name rules, longer.
+EVENT_KEY_MAX_LENGTH = 200
 #: The most parents one job may wait for (``depends_on``).
 DEPENDS_ON_MAX = 10_000
 # A cancel of a running job is NOTIFYed on the queue's channel with this
