@@ -88,3 +88,8 @@ DEPENDS_ON_MAX = 10_000
 # prefix before the job's id. Queue names (the enqueue notifications'
 # payload) cannot contain ":", so the two never mix.
 CANCEL_NOTIFY_PREFIX = "cancel:"
+#: The advisory lock space of event keys (two-int form: this, hashtext(key)).
+#: An emit and a job suspending to wait for the same key both take it, in
+#: their transactions, before they read or write the key's event: so a wait
+#: either finds the event or is woken by its emit, never neither.
+EVENT_LOCK_SPACE = 0x444A4556  # "DJEV"
