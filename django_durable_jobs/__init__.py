@@ -11,15 +11,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import (
+    ChildJobFailed,
     Discard,
     DurableJobsError,
+    EventTimeout,
     HandlerAlreadyRegistered,
     IdempotencyConflict,
     InvalidJob,
     InvalidPause,
     JobCancelled,
     JobTimeout,
+    LeaseLost,
     Retry,
+    StepResultError,
+    Suspended,
 )
 from .registry import job
 
@@ -28,14 +33,17 @@ if TYPE_CHECKING:
     from .dependencies import chain, group
     from .enqueueing import EnqueueResult, enqueue, enqueue_many
     from .pausing import pause_queue, paused_queues, resume_queue
+    from .steps import StepRetry
     from .waiting import await_job, wait
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "ChildJobFailed",
     "Discard",
     "DurableJobsError",
     "EnqueueResult",
+    "EventTimeout",
     "HandlerAlreadyRegistered",
     "IdempotencyConflict",
     "InvalidJob",
@@ -43,7 +51,11 @@ __all__ = [
     "JobCancelled",
     "JobContext",
     "JobTimeout",
+    "LeaseLost",
     "Retry",
+    "StepResultError",
+    "StepRetry",
+    "Suspended",
     "__version__",
     "await_job",
     "chain",
@@ -64,6 +76,7 @@ _LAZY = {
     "enqueue_many": "enqueueing",
     "EnqueueResult": "enqueueing",
     "JobContext": "context",
+    "StepRetry": "steps",
     "pause_queue": "pausing",
     "paused_queues": "pausing",
     "resume_queue": "pausing",

@@ -76,6 +76,17 @@ if prometheus_client is not None:
         "Attempt outcomes (already counted in durable_jobs_processed_total) that could not "
         "be written; the reaper retries those jobs.",
     )
+    STEPS = prometheus_client.Counter(
+        "durable_jobs_steps",
+        "Durable steps by what became of them: run (fn called and recorded), replayed (the "
+        "record returned, fn not called) or failed.",
+        ["queue", "type", "result"],
+    )
+    SUSPENDED = prometheus_client.Counter(
+        "durable_jobs_suspended",
+        "Jobs that suspended themselves, by reason: sleep, event or child.",
+        ["queue", "reason"],
+    )
     IN_FLIGHT = prometheus_client.Gauge(
         "durable_jobs_in_flight",
         "Jobs claimed by this process and still running.",
@@ -137,6 +148,7 @@ def record_enqueued(queue: str, type: str, count: int = 1) -> None:
 _by_queue: dict[str, tuple[Any, Any]] = {}
 _by_job_type: dict[tuple[str, str], tuple[Any, ...]] = {}
 _enqueued: dict[tuple[str, str], Any] = {}
+_steps: dict[tuple[str, str, str], Any] = {}
 
 
 def _queue_children(queue: str) -> tuple[Any, Any]:
@@ -189,6 +201,27 @@ def record_finished(job: ClaimedJob, transition: Transition, duration: float) ->
             children = _job_children(job.queue, job.type)
             children[index].inc()
             children[-1].observe(duration)
+
+
+def record_step(queue: str, type: str, result: str) -> None:
+    """A durable step ran (``run``), was replayed from its record, or failed."""
+    if ENABLED:
+        child = _steps.get((queue, type, result))
+        if child is None:
+            child = _steps[(queue, type, result)] = STEPS.labels(queue, type, result)
+        child.inc()
+
+
+def record_suspended(queue: str, reason: str) -> None:
+    """A job suspended itself (``sleep``, ``event``, ``child``)."""
+    if ENABLED:
+        SUSPENDED.labels(queue, reason).inc()
+
+
+def record_left(job: ClaimedJob) -> None:
+    """An attempt left without an outcome (its job suspended): no longer in flight."""
+    if ENABLED:
+        _queue_children(job.queue)[0].dec()
 
 
 def record_released(job: ClaimedJob) -> None:

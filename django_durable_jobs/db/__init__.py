@@ -13,7 +13,9 @@ serve, each module with its SQL beside it (``<area>.sql``, loaded into
 - ``maintenance``: leases, the reaper, cancel polls, pruning;
 - ``presence``: the workers table, the notification probe, queue depth and
   the per-minute counts;
-- ``listening``: the LISTEN loop the worker and ``wait()`` share.
+- ``listening``: the LISTEN loop the worker and ``wait()`` share;
+- ``steps``: durable steps' records, checkpoints and suspensions (fenced
+  by the lease token).
 
 Callers import from ``db`` itself (``db.claim(...)``). The JSON documents
 that carry a batch into one statement are built in those modules too. The
@@ -102,21 +104,39 @@ from .records import (
     QueueMinuteCounts,
     Transition,
 )
+from .steps import (
+    Fenced,
+    StepRecord,
+    add_event_waiter,
+    await_child,
+    child_state,
+    load_steps,
+    lock_event_key,
+    lock_job,
+    read_event,
+    record_step,
+    suspend_job,
+)
 
 __all__ = [
     "QUERIES",
     "ClaimedJob",
     "ExpiredLease",
+    "Fenced",
     "InsertedWithParents",
     "LimitedClaim",
     "Outcome",
     "PruneResult",
     "QueueCounts",
     "QueueMinuteCounts",
+    "StepRecord",
     "Transition",
     "active_queues",
+    "add_event_waiter",
     "add_queue_stats",
+    "await_child",
     "cancel_requests",
+    "child_state",
     "claim",
     "claim_keyed",
     "claim_limited",
@@ -133,6 +153,9 @@ __all__ = [
     "listen",
     "listen_alias",
     "listen_loop",
+    "load_steps",
+    "lock_event_key",
+    "lock_job",
     "next_available_at",
     "notify",
     "notify_finished",
@@ -143,13 +166,16 @@ __all__ = [
     "queue_depth",
     "queue_overview",
     "rate_window_starts",
+    "read_event",
     "reap",
     "record_outcomes",
     "record_outcomes_directly",
+    "record_step",
     "release_dependents",
     "request_cancel",
     "rewait_dependents",
     "send_probe",
+    "suspend_job",
     "upsert_worker",
 ]
 
