@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 from .exceptions import (
     Discard,
     DurableJobsError,
+    EventConflict,
     HandlerAlreadyRegistered,
     IdempotencyConflict,
+    InvalidEvent,
     InvalidJob,
     InvalidPause,
     JobCancelled,
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from .context import JobContext
     from .dependencies import chain, group
     from .enqueueing import EnqueueResult, enqueue, enqueue_many
+    from .events import EmitResult, emit_event
     from .pausing import pause_queue, paused_queues, resume_queue
     from .waiting import await_job, wait
 
@@ -35,9 +38,12 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "Discard",
     "DurableJobsError",
+    "EmitResult",
     "EnqueueResult",
+    "EventConflict",
     "HandlerAlreadyRegistered",
     "IdempotencyConflict",
+    "InvalidEvent",
     "InvalidJob",
     "InvalidPause",
     "JobCancelled",
@@ -47,6 +53,7 @@ __all__ = [
     "__version__",
     "await_job",
     "chain",
+    "emit_event",
     "enqueue",
     "enqueue_many",
     "group",
@@ -63,6 +70,8 @@ _LAZY = {
     "enqueue": "enqueueing",
     "enqueue_many": "enqueueing",
     "EnqueueResult": "enqueueing",
+    "emit_event": "events",
+    "EmitResult": "events",
     "JobContext": "context",
     "pause_queue": "pausing",
     "paused_queues": "pausing",

@@ -11,6 +11,7 @@ serve, each module with its SQL beside it (``<area>.sql``, loaded into
 - ``flow_control``: the limited queues' and the concurrency keys' claims,
   the pauses, what the limits hold back;
 - ``maintenance``: leases, the reaper, cancel polls, pruning;
+- ``events``: an event key's lock, its event, the wake-up of its waiters;
 - ``presence``: the workers table, the notification probe, queue depth and
   the per-minute counts;
 - ``listening``: the LISTEN loop the worker and ``wait()`` share.
@@ -66,6 +67,7 @@ from .enqueue import (
     notify_queue_state,
     request_cancel,
 )
+from .events import InsertedEvent, insert_event, lock_event_key, wake_event_waiters
 from .flow_control import (
     LimitedClaim,
     claim_keyed,
@@ -107,6 +109,7 @@ __all__ = [
     "QUERIES",
     "ClaimedJob",
     "ExpiredLease",
+    "InsertedEvent",
     "InsertedWithParents",
     "LimitedClaim",
     "Outcome",
@@ -126,6 +129,7 @@ __all__ = [
     "delete_worker",
     "extend_leases",
     "finished_channel",
+    "insert_event",
     "insert_jobs",
     "insert_jobs_with_parents",
     "jobs_held_by_keys",
@@ -133,6 +137,7 @@ __all__ = [
     "listen",
     "listen_alias",
     "listen_loop",
+    "lock_event_key",
     "next_available_at",
     "notify",
     "notify_finished",
@@ -151,6 +156,7 @@ __all__ = [
     "rewait_dependents",
     "send_probe",
     "upsert_worker",
+    "wake_event_waiters",
 ]
 
 
