@@ -14,9 +14,11 @@ from .exceptions import (
     ChildJobFailed,
     Discard,
     DurableJobsError,
+    EventConflict,
     EventTimeout,
     HandlerAlreadyRegistered,
     IdempotencyConflict,
+    InvalidEvent,
     InvalidJob,
     InvalidPause,
     JobCancelled,
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from .context import JobContext
     from .dependencies import chain, group
     from .enqueueing import EnqueueResult, enqueue, enqueue_many
+    from .events import EmitResult, emit_event
     from .pausing import pause_queue, paused_queues, resume_queue
     from .steps import StepRetry
     from .waiting import await_job, wait
@@ -42,10 +45,13 @@ __all__ = [
     "ChildJobFailed",
     "Discard",
     "DurableJobsError",
+    "EmitResult",
     "EnqueueResult",
+    "EventConflict",
     "EventTimeout",
     "HandlerAlreadyRegistered",
     "IdempotencyConflict",
+    "InvalidEvent",
     "InvalidJob",
     "InvalidPause",
     "JobCancelled",
@@ -59,6 +65,7 @@ __all__ = [
     "__version__",
     "await_job",
     "chain",
+    "emit_event",
     "enqueue",
     "enqueue_many",
     "group",
@@ -75,6 +82,8 @@ _LAZY = {
     "enqueue": "enqueueing",
     "enqueue_many": "enqueueing",
     "EnqueueResult": "enqueueing",
+    "emit_event": "events",
+    "EmitResult": "events",
     "JobContext": "context",
     "StepRetry": "steps",
     "pause_queue": "pausing",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .models import Job
@@ -210,3 +210,33 @@ class Suspended(BaseException):
         self.detail = detail
         #: When the job becomes runnable by itself (a sleep's end, a wait's deadline).
         self.wakes_at = wakes_at
+
+
+class InvalidEvent(DurableJobsError, ValueError):
+    """``emit_event`` (or a wait) was given a bad event key or payload; nothing was written.
+
+    ``field`` is ``"key"`` or ``"payload"``, so the REST API reports the
+    error against that field.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class EventConflict(DurableJobsError):
+    """The event ``key`` was already emitted with another payload.
+
+    The first emit wins and never changes: emitting the same payload again
+    is no error (``EmitResult.created`` is ``False``), another one is this.
+    ``existing`` is the stored ``Event``.
+    """
+
+    def __init__(self, key: str, existing: Any) -> None:
+        super().__init__(
+            f"Event {key!r} was already emitted with a different payload "
+            "(the first emit wins and never changes)."
+        )
+        self.key = key
+        self.existing = existing

@@ -11,6 +11,7 @@ serve, each module with its SQL beside it (``<area>.sql``, loaded into
 - ``flow_control``: the limited queues' and the concurrency keys' claims,
   the pauses, what the limits hold back;
 - ``maintenance``: leases, the reaper, cancel polls, pruning;
+- ``events``: an event key's lock, its event, the wake-up of its waiters;
 - ``presence``: the workers table, the notification probe, queue depth and
   the per-minute counts;
 - ``listening``: the LISTEN loop the worker and ``wait()`` share;
@@ -68,6 +69,7 @@ from .enqueue import (
     notify_queue_state,
     request_cancel,
 )
+from .events import InsertedEvent, insert_event, lock_event_key, wake_event_waiters
 from .flow_control import (
     LimitedClaim,
     claim_keyed,
@@ -111,7 +113,6 @@ from .steps import (
     await_child,
     child_state,
     load_steps,
-    lock_event_key,
     lock_job,
     read_event,
     record_step,
@@ -123,6 +124,7 @@ __all__ = [
     "ClaimedJob",
     "ExpiredLease",
     "Fenced",
+    "InsertedEvent",
     "InsertedWithParents",
     "LimitedClaim",
     "Outcome",
@@ -146,6 +148,7 @@ __all__ = [
     "delete_worker",
     "extend_leases",
     "finished_channel",
+    "insert_event",
     "insert_jobs",
     "insert_jobs_with_parents",
     "jobs_held_by_keys",
@@ -177,6 +180,7 @@ __all__ = [
     "send_probe",
     "suspend_job",
     "upsert_worker",
+    "wake_event_waiters",
 ]
 
 

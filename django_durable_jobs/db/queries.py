@@ -62,6 +62,7 @@ SQL_FILES = (
     "maintenance.sql",
     "presence.sql",
     "steps.sql",
+    "events.sql",
 )
 
 

@@ -15,7 +15,6 @@ from typing import Any, NamedTuple
 
 from .. import db as gateway
 from ..conf import jobs_settings
-from ..constants import EVENT_LOCK_SPACE
 
 
 class StepRecord(NamedTuple):
@@ -123,11 +122,6 @@ def suspend_job(
         },
     )
     return Fenced(bool(rows[0][0]), bool(rows[0][1])) if rows else None
-
-
-def lock_event_key(using: str, key: str) -> None:
-    """Take ``key``'s advisory lock for the caller's transaction (as ``emit_event`` does)."""
-    gateway._run(using, "wait_event_lock", {"lock_space": EVENT_LOCK_SPACE, "key": key})
 
 
 def read_event(using: str, key: str) -> tuple[bool, Any]:

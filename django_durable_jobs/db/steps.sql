@@ -115,10 +115,6 @@ suspended AS (
 SELECT job.cancel, (SELECT count(*) FROM suspended) > 0
 FROM job;
 
--- wait_event_lock --
--- Take the event key's advisory lock for this transaction (an emit of the key takes it too), in a statement of its own: the statements after it see any emit committed before it was granted, and an emit that comes later waits for this transaction, then sees its waiter.
-SELECT 1 FROM pg_advisory_xact_lock(%(lock_space)s::int, hashtext(%(key)s::text));
-
 -- read_event --
 -- The event %(key)s, if it was emitted: one row with its payload; none otherwise.
 SELECT payload FROM durable_jobs_event WHERE key = %(key)s;
