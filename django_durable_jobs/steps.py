@@ -50,7 +50,7 @@ from django.db import connections, transaction
 
 from . import db, metrics
 from .conf import jobs_settings
-from .constants import EVENT_KEY_MAX_LENGTH, IDEMPOTENCY_KEY_MAX_LENGTH, STEP_NAME_MAX_LENGTH
+from .constants import IDEMPOTENCY_KEY_MAX_LENGTH, STEP_NAME_MAX_LENGTH
 from .exceptions import (
     ChildJobFailed,
     EventTimeout,
@@ -59,6 +59,7 @@ from .exceptions import (
     StepResultError,
     Suspended,
 )
+from .names import validate_event_key
 
 __all__ = ["StepRetry", "StepRuntime"]
 
@@ -434,11 +435,8 @@ class StepRuntime:
 
     @staticmethod
     def event_step(key: str) -> str:
-        if not isinstance(key, str) or not key or key.strip() != key:
-            raise ValueError(f"an event key must be a non-empty string, got {key!r}")
-        if len(key) > EVENT_KEY_MAX_LENGTH:
-            raise ValueError(f"an event key is at most {EVENT_KEY_MAX_LENGTH} characters")
-        return f"event:{key}"
+        """The record's name for a wait for ``key`` (emit_event's key rules: ``InvalidJob``)."""
+        return f"event:{validate_event_key(key)}"
 
     def wait_named(self, name: str, key: str, timeout: float | timedelta | None) -> Any:
         """``ctx.wait_for_event(key)``, recorded as ``name``."""
