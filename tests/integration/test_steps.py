@@ -396,3 +396,30 @@ def test_pruning_a_job_deletes_its_steps_and_waiters() -> None:
     assert not Job.objects.filter(pk=job.pk).exists()
     assert not JobStep.objects.filter(job_id=job.pk).exists()
     assert not EventWaiter.objects.filter(job_id=job.pk).exists()
+
+
+# -- the example project's handlers ---------------------------------------------------
+
+
+def test_the_example_checkout_records_one_receipt_per_order(fast_backoff: None) -> None:
+    from example.models import Receipt
+
+    ok = enqueue("example.checkout", {"order": "o-1"}).job
+    failing = enqueue("example.checkout", {"order": "o-2", "fail_at": "email"}, max_attempts=3).job
+    burst()
+    done = fresh(ok)
+    assert done.status == JobStatus.COMPLETED, done.last_error
+    assert done.result == {"order": "o-1", "receipt": Receipt.objects.get(order="o-1").pk}
+    dead = fresh(failing)
+    assert dead.status == JobStatus.DEAD
+    assert dead.attempts == 3
+    # The atomic step ran once although the attempt after it failed three times.
+    assert Receipt.objects.filter(order="o-2").count() == 1
+
+
+def test_the_example_parent_gets_its_childs_result() -> None:
+    job = enqueue("example.parent_of", {"child": "example.echo", "payload": {"a": 1}}).job
+    burst()
+    done = fresh(job)
+    assert done.status == JobStatus.COMPLETED, done.last_error
+    assert done.result == {"child_result": {"a": 1}}
