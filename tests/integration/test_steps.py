@@ -346,6 +346,7 @@ def test_a_child_job_that_completes_gives_its_result() -> None:
     assert done.status == JobStatus.COMPLETED, done.last_error
     assert done.result == {"child_result": 7}
     assert done.attempts == 1
+    assert done.waiting_for is None  # cleared when the child's end woke it
     (edge,) = JobDependency.objects.filter(child_id=job.pk)
     assert edge.kind == DependencyKind.AWAITS and edge.resolved
     child = Job.objects.get(pk=edge.parent_id)
@@ -423,3 +424,12 @@ def test_the_example_parent_gets_its_childs_result() -> None:
     done = fresh(job)
     assert done.status == JobStatus.COMPLETED, done.last_error
     assert done.result == {"child_result": {"a": 1}}
+
+
+def test_a_job_cancelled_while_it_runs_is_cancelled_instead_of_suspended() -> None:
+    job = enqueue("tests.steps.cancel_then_sleep").job
+    burst()
+    done = fresh(job)
+    assert done.status == JobStatus.CANCELLED
+    assert done.attempts == 1
+    assert not JobStep.objects.filter(job_id=job.pk).exists()  # rolled back with it

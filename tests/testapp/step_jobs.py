@@ -194,3 +194,15 @@ def in_transaction(ctx: JobContext) -> None:
 
     with transaction.atomic(using=connections["default"].alias):
         ctx.sleep("nap", 60)
+
+
+@job("tests.steps.cancel_then_sleep", max_attempts=3)
+def cancel_then_sleep(ctx: JobContext) -> None:
+    """Cancelled while it runs (by another connection), then it tries to sleep."""
+    from tests.integration.helpers import new_connection
+
+    with new_connection() as conn:
+        conn.execute(
+            "UPDATE durable_jobs_job SET cancel_requested_at = now() WHERE id = %s", [ctx.id]
+        )
+    ctx.sleep("nap", 3600)
