@@ -433,3 +433,30 @@ def test_a_job_cancelled_while_it_runs_is_cancelled_instead_of_suspended() -> No
     assert done.status == JobStatus.CANCELLED
     assert done.attempts == 1
     assert not JobStep.objects.filter(job_id=job.pk).exists()  # rolled back with it
+
+
+def test_a_checkpoint_extends_a_lease_running_out() -> None:
+    job = enqueue("tests.steps.extends").job
+    burst(lease_seconds=20.0)
+    left = seen[str(job.pk)]
+    assert left["before"] <= 1.0
+    assert left["after"] > 10.0  # now() + the worker's 20 s lease
+
+
+def test_steps_and_suspensions_are_counted(fast_backoff: None) -> None:
+    from tests.integration.helpers import scrape, value
+
+    labels = {"queue": "default", "type": "tests.steps.three"}
+    before = scrape()
+    enqueue("tests.steps.three", {"fail_after": "b"})
+    enqueue("tests.steps.nap", {"seconds": 3600})
+    burst()
+    after = scrape()
+
+    def grew(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert grew("durable_jobs_steps_total", result="run", **labels) == 3
+    assert grew("durable_jobs_steps_total", result="replayed", **labels) == 2
+    assert grew("durable_jobs_suspended_total", queue="default", reason="sleep") == 1
+    assert grew("durable_jobs_in_flight", queue="default") == 0

@@ -206,3 +206,29 @@ def cancel_then_sleep(ctx: JobContext) -> None:
             "UPDATE durable_jobs_job SET cancel_requested_at = now() WHERE id = %s", [ctx.id]
         )
     ctx.sleep("nap", 3600)
+
+
+@job("tests.steps.extends", max_attempts=1)
+def extends(ctx: JobContext) -> None:
+    """Its lease nearly runs out; a checkpoint extends it."""
+    from tests.integration.helpers import new_connection
+
+    def left() -> float:
+        with new_connection() as conn:
+            row = conn.execute(
+                "SELECT extract(epoch FROM lease_expires_at - now()) FROM durable_jobs_job "
+                "WHERE id = %s",
+                [ctx.id],
+            ).fetchone()
+        assert row is not None
+        return float(row[0])
+
+    with new_connection() as conn:
+        conn.execute(
+            "UPDATE durable_jobs_job SET lease_expires_at = now() + interval '1 second' "
+            "WHERE id = %s",
+            [ctx.id],
+        )
+    before = left()
+    ctx.step("s", lambda: 1)
+    seen[str(ctx.id)] = {"before": before, "after": left()}
