@@ -523,7 +523,9 @@ class StepRuntime:
         state: tuple[str, Any, str] | None = None
         with transaction.atomic(using=self.using):
             if child_id is None:
-                options.setdefault("idempotency_key", self.child_key(name))
+                options.pop("using", None)  # the child lives in this job's database
+                if options.get("idempotency_key") is None:
+                    options["idempotency_key"] = self.child_key(name)
                 child_id = enqueue(type, payload, using=self.using, **options).job.pk
             if db.await_child(self.using, self.job_id, child_id):
                 # This job's row after the child's (the order of the child's

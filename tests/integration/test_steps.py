@@ -460,3 +460,28 @@ def test_steps_and_suspensions_are_counted(fast_backoff: None) -> None:
     assert grew("durable_jobs_steps_total", result="replayed", **labels) == 2
     assert grew("durable_jobs_suspended_total", queue="default", reason="sleep") == 1
     assert grew("durable_jobs_in_flight", queue="default") == 0
+
+
+def test_a_requeue_keeps_the_step_records() -> None:
+    job = enqueue("tests.steps.three", {"fail_after": "b"}, max_attempts=1).job
+    burst()
+    assert fresh(job).status == JobStatus.DEAD
+    operations.requeue(job.pk)
+    burst()
+    # Its attempts start again at 1 (and fail again after b): a and b are replayed.
+    assert fresh(job).status == JobStatus.DEAD
+    assert calls(job) == [("a", 1), ("b", 1)]
+    assert {s.status for s in steps(job).values()} == {"completed"}
+
+
+def test_a_worker_wakes_a_sleeper_when_due_not_at_its_next_poll() -> None:
+    job = enqueue("tests.steps.nap", {"seconds": 0.3}).job
+    # A poll interval far longer than the wait: the suspension itself tells
+    # the worker when to claim again.
+    run_worker_until(
+        lambda: fresh(job).status == JobStatus.COMPLETED,
+        timeout=20,
+        what="the sleeper's wake-up",
+        poll_interval=120.0,
+        listen=False,
+    )
