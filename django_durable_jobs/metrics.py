@@ -82,9 +82,11 @@ if prometheus_client is not None:
         "record returned, fn not called) or failed.",
         ["queue", "type", "result"],
     )
-    SUSPENDED = prometheus_client.Counter(
-        "durable_jobs_suspended",
-        "Jobs that suspended themselves, by reason: sleep, event or child.",
+    # Not durable_jobs_suspended: that is the gauge of the jobs suspended now
+    # (QueueDepthCollector); this counts the suspensions as they happen.
+    SUSPENSIONS = prometheus_client.Counter(
+        "durable_jobs_suspensions",
+        "Suspensions of jobs by themselves (durable steps), by reason: sleep, event or child.",
         ["queue", "reason"],
     )
     IN_FLIGHT = prometheus_client.Gauge(
@@ -215,7 +217,7 @@ def record_step(queue: str, type: str, result: str) -> None:
 def record_suspended(queue: str, reason: str) -> None:
     """A job suspended itself (``sleep``, ``event``, ``child``)."""
     if ENABLED:
-        SUSPENDED.labels(queue, reason).inc()
+        SUSPENSIONS.labels(queue, reason).inc()
 
 
 def record_left(job: ClaimedJob) -> None:

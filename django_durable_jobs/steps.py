@@ -182,7 +182,7 @@ class StepRuntime:
         """The job's records, read at the first use (one query)."""
         records = self._records
         if records is None:
-            records = self._records = db.load_steps(self.using, self.job_id)
+            records = self._records = db.load_steps(self.using, self.job_id, self.token)
         return records
 
     async def arecords(self) -> dict[str, db.StepRecord]:

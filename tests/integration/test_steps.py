@@ -209,6 +209,7 @@ def test_a_sleep_suspends_the_job_then_it_wakes_and_completes() -> None:
     assert done.status == JobStatus.COMPLETED
     assert done.result == {"woke": True}
     assert done.attempts == 1
+    assert done.waiting_for is None  # cleared when it ran again
     assert steps(job)["nap"].status == "completed"
     # The handler ran twice from the top: "before" each time, "after" once.
     assert calls(job) == [("before", 1), ("before", 1), ("after", 1)]
@@ -458,7 +459,7 @@ def test_steps_and_suspensions_are_counted(fast_backoff: None) -> None:
 
     assert grew("durable_jobs_steps_total", result="run", **labels) == 3
     assert grew("durable_jobs_steps_total", result="replayed", **labels) == 2
-    assert grew("durable_jobs_suspended_total", queue="default", reason="sleep") == 1
+    assert grew("durable_jobs_suspensions_total", queue="default", reason="sleep") == 1
     assert grew("durable_jobs_in_flight", queue="default") == 0
 
 
