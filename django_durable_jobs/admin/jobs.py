@@ -691,9 +691,9 @@ class JobAdmin(BoundedJobListMixin, JobModelAdmin):
         if action.slug == "requeue":
             return _("Job %(id)s was requeued: pending, runnable now.") % {"id": job.pk}
         if action.slug == "retry-from-step":
-            return _(
-                "Job %(id)s was requeued from the chosen step: pending, runnable now."
-            ) % {"id": job.pk}
+            return _("Job %(id)s was requeued from the chosen step: pending, runnable now.") % {
+                "id": job.pk
+            }
         if action.slug == "run-now":
             return _("Job %(id)s will run now: the next free worker claims it.") % {"id": job.pk}
         if job.status == JobStatus.RUNNING:
