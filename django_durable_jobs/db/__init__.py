@@ -93,6 +93,7 @@ from .presence import (
     queue_depth,
     queue_overview,
     send_probe,
+    suspended_jobs,
     upsert_worker,
 )
 from .queries import QUERIES
@@ -155,6 +156,7 @@ __all__ = [
     "request_cancel",
     "rewait_dependents",
     "send_probe",
+    "suspended_jobs",
     "upsert_worker",
     "wake_event_waiters",
 ]
