@@ -42,7 +42,7 @@ from ..constants import (
     TYPE_MAX_LENGTH,
 )
 from ..exceptions import InvalidJob
-from ..models import Job, JobStatus, JobStep, OnParentFailure, StepKind, StepStatus
+from ..models import Job, JobStatus, OnParentFailure, StepKind, StepStatus
 from ..names import validate_queue
 from ..validation import validate_delay_or_run_at, validate_type
 from .errors import invalid_job_error
@@ -474,7 +474,8 @@ class JobSummarySerializer(JobSerializer):
         }
 
 
-class StepSerializer(serializers.Serializer[JobStep]):
+# Any: serialized many=True, which the stubs' instance type cannot express.
+class StepSerializer(serializers.Serializer[Any]):
     """One recorded step of a job (its result is not shown: ``result_bytes`` is its size)."""
 
     name = serializers.CharField(
