@@ -486,3 +486,14 @@ def test_a_worker_wakes_a_sleeper_when_due_not_at_its_next_poll() -> None:
         poll_interval=120.0,
         listen=False,
     )
+
+
+def test_a_retry_from_a_step_runs_it_and_the_later_ones_again() -> None:
+    job = enqueue("tests.steps.three", {"fail_after": "c"}, max_attempts=1).job
+    burst()
+    assert fresh(job).status == JobStatus.DEAD
+    operations.requeue(job.pk, from_step="b")
+    assert set(steps(job)) == {"a"}
+    burst()
+    # Attempt 1 again (a requeue starts over), failing after c again: b and c ran twice.
+    assert calls(job) == [("a", 1), ("b", 1), ("c", 1), ("b", 1), ("c", 1)]
