@@ -182,6 +182,7 @@ class StepRuntime:
         """The job's records, read at the first use (one query)."""
         records = self._records
         if records is None:
+            _not_on_an_event_loop()
             records = self._records = db.load_steps(self.using, self.job_id, self.token)
         return records
 
@@ -568,6 +569,17 @@ class StepRuntime:
         self._checkpoint(
             name, kind=CHILD, status=FAILED, error=_failure_text(failure), child_id=child_id
         )
+
+
+def _not_on_an_event_loop() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(
+        "an async def handler awaits the async twins of the step API: await ctx.astep(...), "
+        "ctx.asleep(...), ctx.asleep_until(...), ctx.await_event(...), ctx.arun_job(...)"
+    )
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:

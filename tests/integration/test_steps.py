@@ -497,3 +497,11 @@ def test_a_retry_from_a_step_runs_it_and_the_later_ones_again() -> None:
     burst()
     # Attempt 1 again (a requeue starts over), failing after c again: b and c ran twice.
     assert calls(job) == [("a", 1), ("b", 1), ("c", 1), ("b", 1), ("c", 1)]
+
+
+def test_the_sync_step_api_in_an_async_handler_names_the_async_twins() -> None:
+    job = enqueue("tests.steps.sync_call_in_async").job
+    burst()
+    done = fresh(job)
+    assert done.status == JobStatus.DEAD
+    assert "await ctx.astep" in done.last_error

@@ -232,3 +232,8 @@ def extends(ctx: JobContext) -> None:
     before = left()
     ctx.step("s", lambda: 1)
     seen[str(ctx.id)] = {"before": before, "after": left()}
+
+
+@job("tests.steps.sync_call_in_async", max_attempts=1)
+async def sync_call_in_async(ctx: JobContext) -> Any:
+    return ctx.step("a", lambda: 1)
