@@ -505,3 +505,43 @@ def test_the_sync_step_api_in_an_async_handler_names_the_async_twins() -> None:
     done = fresh(job)
     assert done.status == JobStatus.DEAD
     assert "await ctx.astep" in done.last_error
+
+
+def test_run_job_of_a_finished_child_returns_at_once() -> None:
+    child = enqueue("tests.value", {"value": 3}, idempotency_key="child-done").job
+    burst()
+    assert fresh(child).status == JobStatus.COMPLETED
+    job = enqueue(
+        "tests.steps.parent",
+        {"child": "tests.value", "payload": {"value": 3}, "key": "child-done"},
+    ).job
+    burst()
+    done = fresh(job)
+    assert done.status == JobStatus.COMPLETED, done.last_error
+    assert done.result == {"child_result": 3}
+    assert calls(job) == [("parent run", 1)]  # no suspension
+    assert not JobDependency.objects.filter(child_id=job.pk).exists()
+
+
+def test_run_job_of_a_child_already_running_waits_for_its_end() -> None:
+    from tests.factories import RunningWorker, wait_until, worker_config
+    from tests.testapp.jobs import gate
+
+    payload = {"gate": "steps-running-child"}
+    child = enqueue("tests.gated", payload, idempotency_key="child-running").job
+    running = RunningWorker(worker_config(burst=False, concurrency=2))
+    try:
+        wait_until(lambda: Execution.objects.filter(job_id=child.pk).exists(), what="the child")
+        job = enqueue(
+            "tests.steps.parent",
+            {"child": "tests.gated", "payload": payload, "key": "child-running"},
+        ).job
+        wait_until(lambda: fresh(job).status == JobStatus.WAITING, what="the parent's wait")
+        assert fresh(child).status == JobStatus.RUNNING
+        gate("steps-running-child").set()
+        wait_until(lambda: fresh(job).status == JobStatus.COMPLETED, what="the parent's end")
+    finally:
+        gate("steps-running-child").set()
+        running.stop()
+    assert fresh(job).result == {"child_result": {"opened": True}}
+    assert fresh(child).dependent_count == 1

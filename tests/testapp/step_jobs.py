@@ -182,7 +182,11 @@ def wait(ctx: JobContext) -> dict[str, Any]:
 def parent(ctx: JobContext) -> dict[str, Any]:
     called(ctx, "parent run")
     try:
-        result = ctx.run_job(ctx.payload["child"], ctx.payload.get("payload", {}))
+        result = ctx.run_job(
+            ctx.payload["child"],
+            ctx.payload.get("payload", {}),
+            idempotency_key=ctx.payload.get("key"),
+        )
     except ChildJobFailed as exc:
         return {"child_failed": exc.status, "child": str(exc.child_id)}
     return {"child_result": result}
