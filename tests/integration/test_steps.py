@@ -545,3 +545,22 @@ def test_run_job_of_a_child_already_running_waits_for_its_end() -> None:
         running.stop()
     assert fresh(job).result == {"child_result": {"opened": True}}
     assert fresh(child).dependent_count == 1
+
+
+def test_a_step_costs_one_statement(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django_durable_jobs.db.queries import _read, parse_queries
+
+    step_queries = set(parse_queries(_read("steps.sql")))
+    ran: list[str] = []
+    real = db._run
+
+    def counting(using: str, name: str, params: Any) -> Any:
+        if name in step_queries:
+            ran.append(name)
+        return real(using, name, params)
+
+    monkeypatch.setattr(db, "_run", counting)
+    job = enqueue("tests.steps.three").job
+    burst()
+    assert fresh(job).status == JobStatus.COMPLETED
+    assert ran == ["load_steps", "record_step", "record_step", "record_step"]
