@@ -564,3 +564,12 @@ def test_a_step_costs_one_statement(monkeypatch: pytest.MonkeyPatch) -> None:
     burst()
     assert fresh(job).status == JobStatus.COMPLETED
     assert ran == ["load_steps", "record_step", "record_step", "record_step"]
+
+
+def test_the_example_steps_handler_runs_its_steps() -> None:
+    job = enqueue("example.steps", {"steps": 3}).job
+    burst()
+    done = fresh(job)
+    assert done.status == JobStatus.COMPLETED, done.last_error
+    assert done.result == 3
+    assert set(steps(job)) == {"noop", "noop#2", "noop#3"}
