@@ -573,3 +573,29 @@ def test_the_example_steps_handler_runs_its_steps() -> None:
     assert done.status == JobStatus.COMPLETED, done.last_error
     assert done.result == 3
     assert set(steps(job)) == {"noop", "noop#2", "noop#3"}
+
+
+def test_a_job_reaped_between_steps_resumes_after_its_last_record() -> None:
+    from tests.factories import RunningWorker, expire, reaper, wait_until, worker_config
+    from tests.testapp.jobs import gate
+
+    job = enqueue("tests.steps.reaped").job
+    running = RunningWorker(worker_config(burst=False, concurrency=1))
+    try:
+        wait_until(lambda: calls(job) == [("a", 1)], what="step a")
+        # The worker "died" (its lease ran out): the reaper gives the job back.
+        expire(job.pk)
+        assert reaper().reap() == 1
+        gate("steps-reaped").set()
+        wait_until(lambda: str(job.pk) in seen, what="the old attempt's refused checkpoint")
+        wait_until(lambda: fresh(job).status == JobStatus.COMPLETED, what="the retry")
+    finally:
+        gate("steps-reaped").set()
+        running.stop()
+    assert seen[str(job.pk)] == {"lease_lost_on_attempt": 1}
+    done = fresh(job)
+    assert done.result == ["A", "B"]
+    # a ran once; b's first call (the reaped attempt's) was refused its record,
+    # then b ran again in the retry, which holds the slot only after it.
+    assert calls(job) == [("a", 1), ("b", 1), ("b", 2)]
+    assert steps(job)["b"].attempt == 2
