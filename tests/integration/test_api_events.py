@@ -330,3 +330,22 @@ def test_requeue_from_step_needs_requeue_job() -> None:
     allowed = make_user("yes", "requeue_job", staff=False)
     assert Api(allowed).post(f"/api/jobs/{job.pk}/requeue", {"from_step": "a"}).status_code == 200
     assert names(job) == []
+
+
+def test_a_job_just_enqueued_answers_no_steps_without_reading_them(staff: Api) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from .helpers import job_body
+
+    with CaptureQueriesContext(connection) as queries:
+        response = staff.post("/api/jobs", job_body("fresh"))
+    assert response.status_code == 201
+    body = response.json()
+    assert body["steps"] == [] and body["steps_truncated"] is False
+    assert body["waiting_for"] is None
+    assert not [q for q in queries if "durable_jobs_step" in q["sql"]]
+    # A replay reads them (the job may have run since).
+    with CaptureQueriesContext(connection) as queries:
+        assert staff.post("/api/jobs", job_body("fresh")).status_code == 200
+    assert [q for q in queries if "durable_jobs_step" in q["sql"]]
