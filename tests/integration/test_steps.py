@@ -330,8 +330,11 @@ def test_an_emit_rolled_back_wakes_nothing() -> None:
 def test_cancelling_a_job_waiting_for_an_event_cancels_it_at_once() -> None:
     job = enqueue("tests.steps.wait", {"key": "signup:5"}).job
     burst()
+    assert EventWaiter.objects.filter(job_id=job.pk).exists()
     operations.cancel(job.pk)
     assert fresh(job).status == JobStatus.CANCELLED
+    # The waiter row goes in the cancel's transaction, not at the next emit.
+    assert not EventWaiter.objects.filter(job_id=job.pk).exists()
     emit_event("signup:5", "x")
     assert fresh(job).status == JobStatus.CANCELLED
     assert not EventWaiter.objects.filter(job_id=job.pk).exists()
