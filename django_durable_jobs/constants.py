@@ -30,6 +30,11 @@ MAX_ATTEMPTS_LIMIT = 1_000_000
 # fullmatch(): Python's `$` also matches before a final newline.
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$"
 QUEUE_NAME_RE = re.compile(QUEUE_NAME_PATTERN)
+# An event key (emit_event, ctx.wait_for_event): the queue-name characters
+# and ":" (keys name things, "signup:42"; a key never goes through the
+# worker's --queues syntax), up to EVENT_KEY_MAX_LENGTH characters.
+EVENT_KEY_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]*$"
+EVENT_KEY_RE = re.compile(EVENT_KEY_PATTERN)
 # A delay longer than this is surely a unit mistake (milliseconds for
 # seconds); it also keeps available_at far inside PostgreSQL's range.
 MAX_DELAY_SECONDS = 100 * 365 * 24 * 3600

@@ -365,7 +365,11 @@ class Job(models.Model):
         """The other ends of this job's edges where it is ``this_end``; no query at 0."""
         if not count:
             return []
-        edges = JobDependency.objects.using(self._state.db).filter(**{this_end: self.pk})
+        # Not ctx.run_job's 'awaits' edges: a parent waiting for its child
+        # job is not that child's dependent in the depends_on sense.
+        edges = JobDependency.objects.using(self._state.db).filter(
+            **{this_end: self.pk}, kind=DependencyKind.DEPENDS_ON
+        )
         return list(edges.order_by(other_end).values_list(other_end, flat=True))
 
 

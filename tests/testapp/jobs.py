@@ -417,3 +417,7 @@ async def atraced(ctx: JobContext) -> dict[str, str]:
         if ctx.attempt < int(ctx.payload.get("succeed_on", 1)):
             raise ValueError(f"async attempt {ctx.attempt} fails")
     return seen
+
+
+# Durable steps (tests/integration/test_steps*.py).
+from . import step_jobs as step_jobs  # noqa: E402

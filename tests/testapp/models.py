@@ -16,3 +16,17 @@ class Execution(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} attempt {self.attempt}"
+
+
+class StepCall(models.Model):
+    """One row per call of a durable step's function: lets the steps' tests count calls."""
+
+    job_id = models.UUIDField(db_index=True)
+    name = models.CharField(max_length=100)
+    attempt = models.PositiveIntegerField()
+
+    class Meta:
+        app_label = "testapp"
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.name} attempt {self.attempt}"
