@@ -50,7 +50,7 @@ from django.db import connections, transaction
 
 from . import db, metrics
 from .conf import jobs_settings
-from .constants import EVENT_KEY_MAX_LENGTH, IDEMPOTENCY_KEY_MAX_LENGTH, STEP_NAME_MAX_LENGTH
+from .constants import IDEMPOTENCY_KEY_MAX_LENGTH, STEP_NAME_MAX_LENGTH
 from .exceptions import (
     ChildJobFailed,
     EventTimeout,
@@ -59,6 +59,7 @@ from .exceptions import (
     StepResultError,
     Suspended,
 )
+from .names import validate_event_key
 
 __all__ = ["StepRetry", "StepRuntime"]
 
@@ -181,7 +182,8 @@ class StepRuntime:
         """The job's records, read at the first use (one query)."""
         records = self._records
         if records is None:
-            records = self._records = db.load_steps(self.using, self.job_id)
+            _not_on_an_event_loop()
+            records = self._records = db.load_steps(self.using, self.job_id, self.token)
         return records
 
     async def arecords(self) -> dict[str, db.StepRecord]:
@@ -434,11 +436,8 @@ class StepRuntime:
 
     @staticmethod
     def event_step(key: str) -> str:
-        if not isinstance(key, str) or not key or key.strip() != key:
-            raise ValueError(f"an event key must be a non-empty string, got {key!r}")
-        if len(key) > EVENT_KEY_MAX_LENGTH:
-            raise ValueError(f"an event key is at most {EVENT_KEY_MAX_LENGTH} characters")
-        return f"event:{key}"
+        """The record's name for a wait for ``key`` (emit_event's key rules: ``InvalidJob``)."""
+        return f"event:{validate_event_key(key)}"
 
     def wait_named(self, name: str, key: str, timeout: float | timedelta | None) -> Any:
         """``ctx.wait_for_event(key)``, recorded as ``name``."""
@@ -525,7 +524,9 @@ class StepRuntime:
         state: tuple[str, Any, str] | None = None
         with transaction.atomic(using=self.using):
             if child_id is None:
-                options.setdefault("idempotency_key", self.child_key(name))
+                options.pop("using", None)  # the child lives in this job's database
+                if options.get("idempotency_key") is None:
+                    options["idempotency_key"] = self.child_key(name)
                 child_id = enqueue(type, payload, using=self.using, **options).job.pk
             if db.await_child(self.using, self.job_id, child_id):
                 # This job's row after the child's (the order of the child's
@@ -568,6 +569,17 @@ class StepRuntime:
         self._checkpoint(
             name, kind=CHILD, status=FAILED, error=_failure_text(failure), child_id=child_id
         )
+
+
+def _not_on_an_event_loop() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(
+        "an async def handler awaits the async twins of the step API: await ctx.astep(...), "
+        "ctx.asleep(...), ctx.asleep_until(...), ctx.await_event(...), ctx.arun_job(...)"
+    )
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:

@@ -95,6 +95,7 @@ from .presence import (
     queue_depth,
     queue_overview,
     send_probe,
+    suspended_jobs,
     upsert_worker,
 )
 from .queries import QUERIES
@@ -179,6 +180,7 @@ __all__ = [
     "rewait_dependents",
     "send_probe",
     "suspend_job",
+    "suspended_jobs",
     "upsert_worker",
     "wake_event_waiters",
 ]

@@ -241,6 +241,14 @@ children AS (
             WHEN effects.failed > 0 AND child.on_parent_failure = 'cancel' THEN now()
             ELSE child.completed_at
         END,
+        -- A job woken from ctx.run_job's wait waits for nothing now (NULL
+        -- stays NULL for the depends_on children, which never set it).
+        waiting_for = CASE
+            WHEN NOT (effects.failed > 0 AND child.on_parent_failure = 'cancel')
+                AND child.waiting_on <= effects.resolved
+            THEN NULL
+            ELSE child.waiting_for
+        END,
         last_error = CASE
             WHEN effects.failed > 0 AND child.on_parent_failure = 'cancel'
             THEN 'Cancelled: parent job ' || effects.reason || '.'

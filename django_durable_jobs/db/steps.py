@@ -39,9 +39,9 @@ class Fenced(NamedTuple):
     written: bool
 
 
-def load_steps(using: str, job_id: uuid.UUID) -> dict[str, StepRecord]:
-    """The job's step records by name (one query)."""
-    rows = gateway._run(using, "load_steps", {"job_id": job_id})
+def load_steps(using: str, job_id: uuid.UUID, token: uuid.UUID) -> dict[str, StepRecord]:
+    """The job's step records by name (one query; clears a resumed job's ``waiting_for``)."""
+    rows = gateway._run(using, "load_steps", {"job_id": job_id, "token": token})
     return {row[0]: StepRecord(*row) for row in rows}
 
 

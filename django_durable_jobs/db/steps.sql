@@ -4,7 +4,13 @@
 -- included by a line <<_name>> (queries.py), from any of the gateway's files.
 
 -- load_steps --
--- A job's step records, read once per attempt at its first step call (none for a job that never calls one), each with whether its wake_at has passed by the database's clock (the clock the claim compares available_at with). Served by the (job_id, name) unique index.
+-- A job's step records, read once per attempt at its first step call (none for a job that never calls one), each with whether its wake_at has passed by the database's clock (the clock the claim compares available_at with). Served by the (job_id, name) unique index. A job running again after a suspension waits for nothing now: its waiting_for is cleared here (a write only then, fenced by the lease), so that what a suspended job waits for is never shown for one that resumed.
+WITH resumed AS (
+    UPDATE durable_jobs_job
+    SET waiting_for = NULL
+    WHERE id = %(job_id)s AND lease_token = %(token)s AND status = 'running'
+        AND waiting_for IS NOT NULL
+)
 SELECT name, status, result, wake_at, event_key, child_id,
     COALESCE(wake_at <= now(), false)
 FROM durable_jobs_step

@@ -287,8 +287,10 @@ class AttemptTable:
             if not attempt.thread_running:
                 return False  # the handler returned meanwhile
             attempt.timed_out_at = self.clock()
-            if attempt.state is not State.RUNNING:
-                return False  # released or lease lost: no longer ours to record
+            if attempt.state is not State.RUNNING or attempt.suspended is not None:
+                # Released or lease lost: no longer ours to record; or the
+                # handler has just suspended the job (its state is written).
+                return False
             attempt.state = State.TIMED_OUT
             attempt.outcome_unwritten = True
             return True
@@ -377,8 +379,12 @@ class AttemptTable:
         """
         wanted = set(job_ids)
         with self.lock:
+            # Not one whose handler has just suspended the job: its lease was
+            # given back by the suspension, not lost.
             lost = [
-                a for a in self._attempts.values() if a.job.id in wanted and a.state in HANDLER_OWNS
+                a
+                for a in self._attempts.values()
+                if a.job.id in wanted and a.state in HANDLER_OWNS and a.suspended is None
             ]
             for attempt in lost:
                 attempt.state = State.LEASE_LOST

@@ -115,7 +115,7 @@ def settle(
     """
     attempt = attempts.returned(job.lease_token)
     state = None if attempt is None else attempt.state
-    if state is State.SUSPENDED:
+    if attempt is not None and attempt.suspended is not None:
         if metrics.ENABLED:
             metrics.record_left(job)  # no longer in flight; counted at the suspension
     elif outcome is None or state is None:

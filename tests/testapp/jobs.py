@@ -528,3 +528,7 @@ def noop_steps(ctx: JobContext) -> int:
     for i in range(n):
         ctx.step(f"s{i}", int)
     return n
+
+
+# Durable steps (tests/integration/test_steps*.py).
+from . import step_jobs as step_jobs  # noqa: E402

@@ -38,3 +38,17 @@ class StepRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.step} attempt {self.attempt}"
+
+
+class StepCall(models.Model):
+    """One row per call of a durable step's function: lets the steps' tests count calls."""
+
+    job_id = models.UUIDField(db_index=True)
+    name = models.CharField(max_length=100)
+    attempt = models.PositiveIntegerField()
+
+    class Meta:
+        app_label = "testapp"
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.name} attempt {self.attempt}"
