@@ -14,11 +14,7 @@ claimed AS (
         lease_holder = %(worker_id)s,
         lease_expires_at = statement_timestamp()
             + make_interval(secs => %(lease_seconds)s::float8),
-        lease_token = gen_random_uuid(),
-        -- A suspended job that runs again (its sleep was due, a timed wait's
-        -- deadline passed) no longer waits for anything (an event's or a
-        -- child's wake-up clears it as it wakes the job).
-        waiting_for = NULL
+        lease_token = gen_random_uuid()
     FROM candidates
     WHERE job.id = candidates.id
         -- A pause committed after this worker last read the paused queues
