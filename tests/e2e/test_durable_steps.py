@@ -329,3 +329,42 @@ def test_sigterm_while_jobs_sleep_leaves_them_to_the_next_worker(workers: Worker
     assert rows.filter(attempts=1, waiting_for__isnull=True).count() == 20
     assert set(_runs("before").values()) == {1} and set(_runs("after").values()) == {1}
     assert len(_runs("after")) == 20
+
+
+def test_the_example_projects_step_handlers_end_to_end(workers: Workers, manage) -> None:  # type: ignore[no-untyped-def]
+    """example.checkout (one Receipt, a SIGKILL after ``record``); nap, wait_for_signup, parent_of.
+
+    The other three are enqueued after the kill, so that it finds only checkout in flight.
+    """
+    from example.models import Receipt
+
+    signup = uuid.uuid4().hex
+    checkout = enqueue("example.checkout", {"order": "o-1", "pause": 1.5}).job
+    victim = workers.start("--concurrency", "4", "--lease-seconds", "2", "--poll-interval", "0.2")
+    # Killed while checkout sleeps after its atomic record step (its Receipt committed).
+    wait_for(
+        lambda: checkout.steps.filter(name="record", status=StepStatus.COMPLETED).exists(),
+        60,
+        "checkout's record step",
+    )
+    victim.send_signal(signal.SIGKILL)
+    assert victim.wait(30) == -signal.SIGKILL
+    nap = enqueue("example.nap", {"seconds": 1}).job
+    waiter = enqueue("example.wait_for_signup", {"id": signup}).job
+    parent = enqueue("example.parent_of", {"child": "example.echo", "payload": {"x": 1}}).job
+    rescuer = workers.start("--concurrency", "4", "--lease-seconds", "2", "--poll-interval", "0.2")
+    wait_for(lambda: Job.objects.get(pk=waiter.pk).status == JobStatus.WAITING, 60, "the waiter")
+    emitted = manage("jobs", "emit", f"signup:{signup}", "--payload", '{"email": "a@b.c"}')
+    assert emitted.returncode == 0, emitted.stdout + emitted.stderr
+    ids = [checkout.pk, nap.pk, waiter.pk, parent.pk]
+    wait_for(lambda: _done(ids) == 4, 120, "the four example jobs")
+    rescuer.send_signal(signal.SIGTERM)
+    assert rescuer.wait(60) == 0, workers.output()[-5000:]
+    for job in (checkout, nap, waiter, parent):
+        job.refresh_from_db()
+    assert Receipt.objects.filter(order="o-1").count() == 1
+    assert checkout.result == {"order": "o-1", "receipt": Receipt.objects.get(order="o-1").pk}
+    assert checkout.attempts == 2  # the kill cost one attempt; the record replayed
+    assert nap.result == {"woke": True} and nap.attempts == 1
+    assert waiter.result == {"event": {"email": "a@b.c"}} and waiter.attempts == 1
+    assert parent.result == {"child_result": {"x": 1}} and parent.attempts == 1

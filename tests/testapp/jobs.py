@@ -521,14 +521,5 @@ def step_parent(ctx: JobContext) -> dict[str, Any]:
     return {"child_result": result}
 
 
-@job("tests.noop_steps")
-def noop_steps(ctx: JobContext) -> int:
-    """``payload["steps"]`` no-op steps (benchmarks: what a step costs)."""
-    n = int(ctx.payload.get("steps", 0))
-    for i in range(n):
-        ctx.step(f"s{i}", int)
-    return n
-
-
 # Durable steps (tests/integration/test_steps*.py).
 from . import step_jobs as step_jobs  # noqa: E402
