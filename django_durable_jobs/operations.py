@@ -155,6 +155,9 @@ def _apply(
                 descendants = db.release_dependents(
                     alias, {pk: JobStatus.CANCELLED for pk, count in locked.items() if count}
                 )
+                # A job cancelled while suspended in wait_for_event: its waiter
+                # row goes with the wait (by primary key; no emit will wake it).
+                EventWaiter.objects.using(alias).filter(job_id__in=changed).delete()
                 # Wake their waiters (wait(), ?wait=) at commit, as
                 # record_outcomes does for the jobs a worker finishes.
                 db.notify_finished(alias, changed)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import uuid
 from typing import Any, NamedTuple
 
+from django.utils import timezone
+
 from .models import DependencyKind, Job, JobDependency, JobStatus, JobStep
 
 #: Step records a door shows at most (``steps_truncated`` says there are more).
@@ -82,10 +84,17 @@ def waiting_for(job: Job) -> dict[str, Any] | None:
     suspension's own ``Job.waiting_for``, while the job is pending or
     waiting. ``{"parents": [ids]}``: a job waiting for the ``depends_on``
     parents not finished yet (the first ``PARENTS_SHOWN``, oldest first).
+
+    A pending job already due (``available_at`` passed: a sleep, or an event
+    wait's deadline, that is over) waits for nothing: it is runnable, and
+    ``None`` is shown, though its column keeps the suspension's reason until
+    its next run's first step call clears it (the claim does not pay for it).
     """
     if job.status not in SUSPENDED_STATUSES:
         return None
     if job.waiting_for:
+        if job.status == JobStatus.PENDING and job.available_at <= timezone.now():
+            return None
         return dict(job.waiting_for)
     if job.status != JobStatus.WAITING:
         return None

@@ -572,6 +572,9 @@ class JobDetailSerializer(JobSerializer):
         self._steps: dict[Any, step_records.Steps] = {}
 
     def _job_steps(self, job: Job) -> step_records.Steps:
+        known = self.context.get("steps")
+        if known is not None:  # a job just enqueued has none: no query
+            return known  # type: ignore[no-any-return]
         if job.pk not in self._steps:
             self._steps[job.pk] = step_records.job_steps(job)
         return self._steps[job.pk]

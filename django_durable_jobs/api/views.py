@@ -25,7 +25,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.viewsets import GenericViewSet
 
-from .. import audit, db, events, operations, pausing
+from .. import audit, db, events, operations, pausing, step_records
 from ..authorization import Actor, user_can_read
 from ..conf import API_MAX_PAGE_SIZE
 from ..enqueueing import enqueue
@@ -124,8 +124,12 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
         except ValueError:
             raise NotFound("No job with this id.") from None
 
-    def _answer(self, job: Job, code: int = http.HTTP_200_OK, **kwargs: Any) -> Response:
-        return Response(s.JobDetailSerializer(job).data, status=code, **kwargs)
+    def _answer(
+        self, job: Job, code: int = http.HTTP_200_OK, *, new: bool = False, **kwargs: Any
+    ) -> Response:
+        # A job just enqueued has no steps yet: its answer reads none.
+        context = {"steps": step_records.Steps([], False)} if new else {}
+        return Response(s.JobDetailSerializer(job, context=context).data, status=code, **kwargs)
 
     def filter_queryset(self, queryset: QuerySet[Job, _Row]) -> QuerySet[Job, _Row]:
         """``?status=``, ``?type=``, ``?queue=``: exact matches (``status`` uses its index).
@@ -207,7 +211,7 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
         if not reader:
             data = s.EnqueueReceiptSerializer(job).data
             return Response(data, status=code, headers={"Location": location})
-        return self._answer(job, code, headers={"Location": location})
+        return self._answer(job, code, new=result.created, headers={"Location": location})
 
     @extend_schema(
         summary="List jobs, newest first",

@@ -51,6 +51,9 @@ SELECT queue,
        count(*)
 FROM durable_jobs_job
 WHERE status IN ('pending', 'waiting') AND waiting_for IS NOT NULL
+    -- A pending job already due (its sleep or its event deadline is over) is
+    -- runnable: its waiting_for stays until its next run's first step call.
+    AND NOT (status = 'pending' AND available_at <= now())
 GROUP BY 1, 2;
 
 -- add_queue_stats --

@@ -23,7 +23,7 @@ from ..conf import jobs_settings
 from ..constants import MAX_DELAY_SECONDS
 from ..context import JobContext, _current_job
 from ..db.records import ClaimedJob, Outcome, Transition
-from ..exceptions import Discard, JobCancelled, JobTimeout, Retry, Suspended
+from ..exceptions import Discard, JobCancelled, JobTimeout, LeaseLost, Retry, Suspended
 from ..registry import Handler, registry
 from . import outcomes
 from .attempts import Attempt, State
@@ -203,7 +203,9 @@ def _run(
         # limit, lost lease, end of the shutdown grace): the job was taken
         # first, so this outcome is dropped; the watchdog or the shutdown
         # logged and recorded what happened to the job. No "Job retry" line.
-        quiet = attempt is not None and attempt.cancel.is_set()
+        # Or a durable step found the lease taken over (LeaseLost): this
+        # outcome's write is fenced by the same token and will be refused.
+        quiet = (attempt is not None and attempt.cancel.is_set()) or isinstance(exc, LeaseLost)
         if quiet:
             logger.info(
                 "Handler of job %s type=%s stopped after the worker gave up on attempt %s: %s",

@@ -200,3 +200,12 @@ def wait_for_signup(ctx: JobContext) -> dict[str, Any]:
 def parent_of(ctx: JobContext) -> dict[str, Any]:
     """Runs the job ``payload["child"]`` with ``payload["payload"]`` and returns its result."""
     return {"child_result": ctx.run_job(ctx.payload["child"], ctx.payload.get("payload", {}))}
+
+
+@job("example.steps")
+def steps(ctx: JobContext) -> int:
+    """Runs ``payload["steps"]`` no-op durable steps (default 1): for benchmarks."""
+    count = int(ctx.payload.get("steps", 1))
+    for _ in range(count):
+        ctx.step("noop", int)
+    return count

@@ -5,7 +5,8 @@ with CSRF, requeue_job, the audit trail and the History page)."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any
 
 import pytest
@@ -115,7 +116,8 @@ def test_a_job_without_steps_shows_none(admin_client: Client) -> None:
 def test_the_page_says_why_a_suspended_job_waits(
     admin_client: Client, status: str, reason: dict[str, Any], words: str
 ) -> None:
-    html = page(admin_client, make_job(status=status, waiting_for=reason))
+    wakes = datetime(2030, 1, 1, tzinfo=dt_timezone.utc)  # a sleep not over yet
+    html = page(admin_client, make_job(status=status, waiting_for=reason, available_at=wakes))
     assert words in html
     assert XSS not in html
 

@@ -7,7 +7,8 @@ Step records are written with the ORM, as the runtime would leave them.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any
 
 import pytest
@@ -222,8 +223,27 @@ def test_steps_are_bounded(staff: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 def test_waiting_for_of_a_suspended_job(staff: Api, status: str, reason: dict[str, Any]) -> None:
-    job = make_echo_job(status, waiting_for=reason)
+    wakes = datetime(2030, 1, 1, tzinfo=dt_timezone.utc)  # a sleep not over yet
+    job = make_echo_job(status, waiting_for=reason, available_at=wakes)
     assert staff.get(f"/api/jobs/{job.pk}").json()["waiting_for"] == reason
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        {"until": "2026-01-01T00:00:00+00:00"},
+        {"event": "signup:1", "deadline": "2026-01-01T00:00:00+00:00"},
+    ],
+)
+def test_a_pending_job_whose_wait_is_over_waits_for_nothing(
+    staff: Api, reason: dict[str, Any]
+) -> None:
+    # Woken by time, it keeps the column until its next run's first step call
+    # clears it; the doors show it runnable (the REST API, the CLI, the admin).
+    job = make_echo_job(waiting_for=reason, available_at=timezone.now() - timedelta(seconds=1))
+    assert staff.get(f"/api/jobs/{job.pk}").json()["waiting_for"] is None
+    assert step_records.waiting_for(job) is None
+    assert step_records.describe_waiting_for(step_records.waiting_for(job)) == ""
 
 
 @pytest.mark.parametrize("status", [JobStatus.RUNNING, JobStatus.COMPLETED, JobStatus.DEAD])
@@ -330,3 +350,22 @@ def test_requeue_from_step_needs_requeue_job() -> None:
     allowed = make_user("yes", "requeue_job", staff=False)
     assert Api(allowed).post(f"/api/jobs/{job.pk}/requeue", {"from_step": "a"}).status_code == 200
     assert names(job) == []
+
+
+def test_a_job_just_enqueued_answers_no_steps_without_reading_them(staff: Api) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from .helpers import job_body
+
+    with CaptureQueriesContext(connection) as queries:
+        response = staff.post("/api/jobs", job_body("fresh"))
+    assert response.status_code == 201
+    body = response.json()
+    assert body["steps"] == [] and body["steps_truncated"] is False
+    assert body["waiting_for"] is None
+    assert not [q for q in queries if "durable_jobs_step" in q["sql"]]
+    # A replay reads them (the job may have run since).
+    with CaptureQueriesContext(connection) as queries:
+        assert staff.post("/api/jobs", job_body("fresh")).status_code == 200
+    assert [q for q in queries if "durable_jobs_step" in q["sql"]]

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from io import StringIO
 from typing import Any
 
@@ -232,7 +233,18 @@ def test_show_without_steps_or_suspension() -> None:
 
 
 def test_show_sleep_and_child() -> None:
-    sleeper = make_job(waiting_for={"until": "2030-01-01T00:00:00+00:00"})
+    sleeper = make_job(
+        waiting_for={"until": "2030-01-01T00:00:00+00:00"},
+        available_at=datetime(2030, 1, 1, tzinfo=dt_timezone.utc),
+    )
     assert "sleeping until 2030-01-01T00:00:00+00:00" in run("show", str(sleeper.pk))
     parent = make_job(status=JobStatus.WAITING, waiting_for={"job": str(sleeper.pk)})
     assert f"waiting for child job {sleeper.pk}" in run("show", str(parent.pk))
+
+
+def test_show_a_sleep_that_is_over_as_runnable() -> None:
+    woken = make_job(
+        waiting_for={"until": "2026-01-01T00:00:00+00:00"},
+        available_at=timezone.now() - timedelta(seconds=1),
+    )
+    assert "sleeping until" not in run("show", str(woken.pk))

@@ -174,7 +174,13 @@ def test_scrapes_within_the_cache_window_query_once() -> None:
 def test_suspended_jobs_by_reason_are_read_at_scrape_time(queue: str) -> None:
     later = "2030-01-01T00:00:00+00:00"
     for _ in range(2):
-        make_job(queue=queue, waiting_for={"until": later})
+        make_job(
+            queue=queue,
+            waiting_for={"until": later},
+            available_at=datetime(2030, 1, 1, tzinfo=dt_timezone.utc),
+        )
+    # Woken by time (due, its column not cleared yet): runnable, not suspended.
+    make_job(queue=queue, waiting_for={"until": "2026-01-01T00:00:00+00:00"})
     make_job(queue=queue, status=JobStatus.WAITING, waiting_for={"event": "k"})
     make_job(queue=queue, status=JobStatus.WAITING, waiting_for={"job": str(uuid.uuid4())})
     # Not suspended: running (its waiting_for is stale), or plain pending.

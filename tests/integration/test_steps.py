@@ -19,11 +19,26 @@ from django_durable_jobs.models import (
     JobStatus,
     JobStep,
 )
-from tests.factories import burst, run_worker_until
+from tests.factories import burst as burst_worker
+from tests.factories import run_worker_until
 from tests.testapp.models import Execution, StepCall
 from tests.testapp.step_jobs import seen
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def burst(**overrides: Any) -> None:
+    """Burst workers until no job is left runnable now or in a moment (a retry's backoff).
+
+    One burst worker may exit while a retry it wrote is a few milliseconds from
+    due; a job suspended for longer (a sleep of an hour) is left pending.
+    """
+    for _ in range(100):
+        burst_worker(**overrides)
+        soon = timezone.now() + timedelta(seconds=1)
+        if not Job.objects.filter(status=JobStatus.PENDING, available_at__lte=soon).exists():
+            return
+    raise AssertionError(list(Job.objects.values("type", "status", "available_at")))
 
 
 def fresh(job: Job) -> Job:
@@ -315,8 +330,11 @@ def test_an_emit_rolled_back_wakes_nothing() -> None:
 def test_cancelling_a_job_waiting_for_an_event_cancels_it_at_once() -> None:
     job = enqueue("tests.steps.wait", {"key": "signup:5"}).job
     burst()
+    assert EventWaiter.objects.filter(job_id=job.pk).exists()
     operations.cancel(job.pk)
     assert fresh(job).status == JobStatus.CANCELLED
+    # The waiter row goes in the cancel's transaction, not at the next emit.
+    assert not EventWaiter.objects.filter(job_id=job.pk).exists()
     emit_event("signup:5", "x")
     assert fresh(job).status == JobStatus.CANCELLED
     assert not EventWaiter.objects.filter(job_id=job.pk).exists()
@@ -545,3 +563,57 @@ def test_run_job_of_a_child_already_running_waits_for_its_end() -> None:
         running.stop()
     assert fresh(job).result == {"child_result": {"opened": True}}
     assert fresh(child).dependent_count == 1
+
+
+def test_a_step_costs_one_statement(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django_durable_jobs.db.queries import _read, parse_queries
+
+    step_queries = set(parse_queries(_read("steps.sql")))
+    ran: list[str] = []
+    real = db._run
+
+    def counting(using: str, name: str, params: Any) -> Any:
+        if name in step_queries:
+            ran.append(name)
+        return real(using, name, params)
+
+    monkeypatch.setattr(db, "_run", counting)
+    job = enqueue("tests.steps.three").job
+    burst()
+    assert fresh(job).status == JobStatus.COMPLETED
+    assert ran == ["load_steps", "record_step", "record_step", "record_step"]
+
+
+def test_the_example_steps_handler_runs_its_steps() -> None:
+    job = enqueue("example.steps", {"steps": 3}).job
+    burst()
+    done = fresh(job)
+    assert done.status == JobStatus.COMPLETED, done.last_error
+    assert done.result == 3
+    assert set(steps(job)) == {"noop", "noop#2", "noop#3"}
+
+
+def test_a_job_reaped_between_steps_resumes_after_its_last_record() -> None:
+    from tests.factories import RunningWorker, expire, reaper, wait_until, worker_config
+    from tests.testapp.jobs import gate
+
+    job = enqueue("tests.steps.reaped").job
+    running = RunningWorker(worker_config(burst=False, concurrency=1))
+    try:
+        wait_until(lambda: calls(job) == [("a", 1)], what="step a")
+        # The worker "died" (its lease ran out): the reaper gives the job back.
+        expire(job.pk)
+        assert reaper().reap() == 1
+        gate("steps-reaped").set()
+        wait_until(lambda: str(job.pk) in seen, what="the old attempt's refused checkpoint")
+        wait_until(lambda: fresh(job).status == JobStatus.COMPLETED, what="the retry")
+    finally:
+        gate("steps-reaped").set()
+        running.stop()
+    assert seen[str(job.pk)] == {"lease_lost_on_attempt": 1}
+    done = fresh(job)
+    assert done.result == ["A", "B"]
+    # a ran once; b's first call (the reaped attempt's) was refused its record,
+    # then b ran again in the retry, which holds the slot only after it.
+    assert calls(job) == [("a", 1), ("b", 1), ("b", 2)]
+    assert steps(job)["b"].attempt == 2

@@ -52,3 +52,42 @@ def test_a_task_uses_steps_and_waits_through_current_job() -> None:
         "first",
         "event:task:a",
     }
+
+
+def test_a_suspended_task_reads_as_ready_and_starts_again_on_resume() -> None:
+    pytest.importorskip("django.tasks")
+    from django.tasks import TaskResultStatus
+    from django.tasks.signals import task_finished, task_started
+
+    from tests.testapp import tasks
+
+    seen: list[tuple[str, str]] = []
+
+    def started(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append(("started", task_result.status))
+
+    def finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append(("finished", task_result.status))
+
+    task_started.connect(started, dispatch_uid="test-suspended-started")
+    task_finished.connect(finished, dispatch_uid="test-suspended-finished")
+    try:
+        result = tasks.stepped.enqueue("b")
+        burst()
+        # Suspended in wait_for_event (the job is waiting): READY, never FAILED,
+        # and no task_finished.
+        assert Job.objects.get(pk=result.id).status == JobStatus.WAITING
+        assert tasks.stepped.get_result(result.id).status == TaskResultStatus.READY
+        assert seen == [("started", TaskResultStatus.RUNNING)]
+        emit_event("task:b", {"ok": True})
+        burst()
+        assert tasks.stepped.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+        # Each run of the function sends task_started (documented in the guide).
+        assert seen == [
+            ("started", TaskResultStatus.RUNNING),
+            ("started", TaskResultStatus.RUNNING),
+            ("finished", TaskResultStatus.SUCCESSFUL),
+        ]
+    finally:
+        task_started.disconnect(dispatch_uid="test-suspended-started")
+        task_finished.disconnect(dispatch_uid="test-suspended-finished")

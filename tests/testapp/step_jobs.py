@@ -241,3 +241,19 @@ def extends(ctx: JobContext) -> None:
 @job("tests.steps.sync_call_in_async", max_attempts=1)
 async def sync_call_in_async(ctx: JobContext) -> Any:
     return ctx.step("a", lambda: 1)
+
+
+@job("tests.steps.reaped", max_attempts=3)
+def reaped(ctx: JobContext) -> list[Any]:
+    """Step a; on attempt 1, wait for the gate (the test reaps the job meanwhile); step b."""
+    from .jobs import gate
+
+    first = ctx.step("a", called, ctx, "a", "A")
+    if ctx.attempt == 1:
+        gate("steps-reaped").wait(30)
+    try:
+        second = ctx.step("b", called, ctx, "b", "B")
+    except LeaseLost:
+        seen[str(ctx.id)] = {"lease_lost_on_attempt": ctx.attempt}
+        raise
+    return [first, second]
