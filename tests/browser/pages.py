@@ -12,7 +12,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import (
+    NoAlertPresentException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions as EC
@@ -29,6 +33,29 @@ QUEUES = "/admin/durable_jobs/queuestate/"
 
 #: The ``screenshot`` fixture (tests/browser/conftest.py): saves the window as NAME.png.
 Screenshot = Callable[[str], Path]
+
+
+def gone(element: WebElement) -> Callable[[Any], bool]:
+    """A wait condition: ``element`` left the document (its page was replaced).
+
+    Selenium's ``staleness_of`` expects a stale-element error; Chromium, asked
+    about a node in the very moment its document is torn down, may answer
+    "Node with given id does not belong to the document" instead, a plain
+    ``WebDriverException`` (seen in CI): that also means the node is gone.
+    """
+
+    def check(_driver: Any) -> bool:
+        try:
+            element.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            if "does not belong to the document" in str(exc):
+                return True
+            raise
+        return False
+
+    return check
 
 
 class AdminPages:
@@ -57,7 +84,7 @@ class AdminPages:
         self.driver.find_element(By.ID, "id_password").send_keys(password)
         submit = self.driver.find_element(By.CSS_SELECTOR, "#login-form [type=submit]")
         submit.click()
-        WebDriverWait(self.driver, WAIT_SECONDS).until(EC.staleness_of(submit))
+        WebDriverWait(self.driver, WAIT_SECONDS).until(gone(submit))
 
     def log_in(self, username: str, password: str) -> None:
         """Through the login form, as a person would; on the admin index after it."""
@@ -133,7 +160,7 @@ class AdminPages:
         Select(self.driver.find_element(By.NAME, "action")).select_by_value(action)
         go = self.driver.find_element(By.CSS_SELECTOR, "#changelist-form button[name=index]")
         go.click()
-        WebDriverWait(self.driver, WAIT_SECONDS).until(EC.staleness_of(go))
+        WebDriverWait(self.driver, WAIT_SECONDS).until(gone(go))
         self.wait_for(By.CSS_SELECTOR, "ul.messagelist")
         self.assert_no_alert()
         return self.messages()
@@ -150,11 +177,41 @@ class AdminPages:
         confirm = self.wait_for(By.CSS_SELECTOR, "#content-main form [type=submit]")
         self.assert_no_alert()
         confirm.click()
-        WebDriverWait(self.driver, WAIT_SECONDS).until(EC.staleness_of(confirm))
+        WebDriverWait(self.driver, WAIT_SECONDS).until(gone(confirm))
         self.wait_for_path(f"{JOBS}{job.pk}/change/")
         self.wait_for(By.CSS_SELECTOR, "ul.messagelist")
         self.assert_no_alert()
         return self.messages()
+
+    def retry_from_step(self, job: Job, step: str) -> tuple[list[str], list[str]]:
+        """Retry ``job`` from ``step`` on its own page: the button, the step's select, "Yes".
+
+        The "Retry from step" button opens a confirmation page with a select
+        of the job's steps; its POST returns to the job's page with a message.
+        Returns the steps the select offered and the messages.
+        """
+        self.open_job(job)
+        button = self.wait_for(By.CSS_SELECTOR, "a.durable-jobs-retry-from-step")
+        button.click()
+        choice = Select(self.wait_for(By.ID, "id_from_step"))
+        self.assert_no_alert()
+        offered = [option.text for option in choice.options]
+        choice.select_by_value(step)
+        confirm = self.driver.find_element(By.CSS_SELECTOR, "#content-main form [type=submit]")
+        confirm.click()
+        WebDriverWait(self.driver, WAIT_SECONDS).until(gone(confirm))
+        self.wait_for_path(f"{JOBS}{job.pk}/change/")
+        self.wait_for(By.CSS_SELECTOR, "ul.messagelist")
+        self.assert_no_alert()
+        return offered, self.messages()
+
+    def steps_table(self) -> list[list[str]]:
+        """The open job page's steps table: each row's cells, as the page shows them."""
+        table = self.wait_for(By.CSS_SELECTOR, ".field-steps_display table.durable-jobs-steps")
+        return [
+            [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+            for row in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+        ]
 
     # -- the audit trail ----------------------------------------------------
 
