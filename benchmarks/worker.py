@@ -4,7 +4,7 @@ Run on demand, never in the test suite (machines here are shared and noisy):
 
     .venv/bin/python benchmarks/worker.py [--database-url URL] [-n 20000] [--repeat 3]
         [--concurrency 1,4,16,32,64] [--include-8] [--two-process-concurrency C]
-        [--finished-rows 1000000,10000000] [--flow] [--async-handlers]
+        [--finished-rows 1000000,10000000] [--flow] [--async-handlers] [--steps]
         [--skip-throughput] [--skip-latency] [--profile]
 
 Workers are real ``runjobworker`` subprocesses of the example project, run with
@@ -32,6 +32,10 @@ Async handlers (``--async-handlers``): N ``example.noop`` jobs, then N
 ``example.anoop`` (``async def``, does nothing), one worker at the defaults,
 back to back; then 20 ``example.asleep`` of 0.5 s on ``--concurrency 4`` (the
 span, ideally 2.5 s).
+
+Durable steps (``--steps``): back to back, N ``example.noop`` jobs, then jobs
+of ``example.steps`` with 1, 10 and 100 no-op steps (N, N/10 and N/100 of
+them: about as many statements each run), one worker at the defaults.
 
 Big table (``--finished-rows``): the same throughput run, one worker at the
 default concurrency, first on an empty table, then with each given number of
@@ -82,6 +86,8 @@ KEYS = 0
 #: --async-handlers: the no-op async handler, and the sleeping one.
 ASYNC_TYPE = "example.anoop"
 ASLEEP_TYPE = "example.asleep"
+#: --steps: jobs of this type run payload["steps"] no-op durable steps.
+STEPS_TYPE = "example.steps"
 #: Added to every job's payload (the sleeping handler's seconds).
 PAYLOAD: dict[str, object] = {}
 POLL_SECONDS = 0.05
@@ -617,6 +623,33 @@ def async_handlers(args: argparse.Namespace, env: dict[str, str]) -> None:
     TYPE, PAYLOAD = "example.noop", {}
 
 
+def durable_steps(args: argparse.Namespace, env: dict[str, str]) -> None:
+    """Back to back: no-op jobs, then jobs of 1, 10 and 100 no-op durable steps (each
+    step one statement: its record, fenced by the lease), one worker at the defaults."""
+    global TYPE, PAYLOAD
+    n = args.n
+    print(f"\n== Durable steps: one worker at the defaults, median of {args.repeat}"
+          f" ({loadavg()})")  # fmt: skip
+    print(f"{'handler':<36}{'jobs':>7}{'jobs/s wall':>12}{'jobs/s span':>12}"
+          f"{'steps/s':>9}{'wrk CPU':>8}{'pg CPU':>7}  runs (jobs/s wall|span)")  # fmt: skip
+    for label, job_type, steps in [
+        ("example.noop (no step)", TYPE, 0),
+        ("example.steps, 1 step", STEPS_TYPE, 1),
+        ("example.steps, 10 steps", STEPS_TYPE, 10),
+        ("example.steps, 100 steps", STEPS_TYPE, 100),
+    ]:
+        TYPE, PAYLOAD = job_type, ({"steps": steps} if steps else {})
+        jobs = max(100, n // max(1, steps))  # about the same number of statements a run
+        med, detail = back_to_back(jobs, env, args)
+        rate = jobs / med["span"]
+        print(
+            f"{label:<36}{jobs:>7,}{jobs / med['wall']:>12,.0f}{rate:>12,.0f}"
+            f"{rate * steps:>9,.0f}{med['worker_cpu']:>8.2f}{med['pg_cpu']:>7.2f}  {detail}",
+            flush=True,
+        )
+        TYPE, PAYLOAD = "example.noop", {}
+
+
 # -- a big table of finished jobs ---------------------------------------------
 
 
@@ -964,6 +997,10 @@ def main() -> None:
         "--async-handlers", action="store_true",
         help="also measure async def handlers: no-op async against no-op sync, and 20 x 0.5 s",
     )  # fmt: skip
+    parser.add_argument(
+        "--steps", action="store_true",
+        help="also measure durable steps: jobs of 1, 10 and 100 no-op steps against no-op jobs",
+    )  # fmt: skip
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--profile", action="store_true", help="profile one worker with py-spy")
@@ -987,6 +1024,8 @@ def main() -> None:
             flow(args, env)
         if args.async_handlers:
             async_handlers(args, env)
+        if args.steps:
+            durable_steps(args, env)
         if not args.skip_latency:
             latency(args, env)
         if args.profile:

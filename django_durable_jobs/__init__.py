@@ -11,15 +11,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import (
+    ChildJobFailed,
     Discard,
     DurableJobsError,
+    EventConflict,
+    EventTimeout,
     HandlerAlreadyRegistered,
     IdempotencyConflict,
+    InvalidEvent,
     InvalidJob,
     InvalidPause,
     JobCancelled,
     JobTimeout,
+    LeaseLost,
     Retry,
+    StepResultError,
+    Suspended,
 )
 from .registry import job
 
@@ -27,26 +34,38 @@ if TYPE_CHECKING:
     from .context import JobContext
     from .dependencies import chain, group
     from .enqueueing import EnqueueResult, enqueue, enqueue_many
+    from .events import EmitResult, emit_event
     from .pausing import pause_queue, paused_queues, resume_queue
+    from .steps import StepRetry
     from .waiting import await_job, wait
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "ChildJobFailed",
     "Discard",
     "DurableJobsError",
+    "EmitResult",
     "EnqueueResult",
+    "EventConflict",
+    "EventTimeout",
     "HandlerAlreadyRegistered",
     "IdempotencyConflict",
+    "InvalidEvent",
     "InvalidJob",
     "InvalidPause",
     "JobCancelled",
     "JobContext",
     "JobTimeout",
+    "LeaseLost",
     "Retry",
+    "StepResultError",
+    "StepRetry",
+    "Suspended",
     "__version__",
     "await_job",
     "chain",
+    "emit_event",
     "enqueue",
     "enqueue_many",
     "group",
@@ -63,7 +82,10 @@ _LAZY = {
     "enqueue": "enqueueing",
     "enqueue_many": "enqueueing",
     "EnqueueResult": "enqueueing",
+    "emit_event": "events",
+    "EmitResult": "events",
     "JobContext": "context",
+    "StepRetry": "steps",
     "pause_queue": "pausing",
     "paused_queues": "pausing",
     "resume_queue": "pausing",

@@ -393,6 +393,13 @@ SETTINGS: dict[str, Setting] = {
         "results or errors: the page ends before the row that would pass it (one row at "
         "least), and its next cursor continues from there.",
     ),
+    "STEP_RESULT_MAX_BYTES": Setting(
+        1_048_576,
+        _positive_int,
+        "an integer >= 1",
+        "Largest result of one durable step (ctx.step), as JSON text in bytes; a larger one "
+        "fails the attempt with an error naming the step.",
+    ),
     "RETENTION": Setting(
         {"completed": "7d", "cancelled": "7d", "dead": "30d"},
         _retention,

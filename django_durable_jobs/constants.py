@@ -30,6 +30,11 @@ MAX_ATTEMPTS_LIMIT = 1_000_000
 # fullmatch(): Python's `$` also matches before a final newline.
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$"
 QUEUE_NAME_RE = re.compile(QUEUE_NAME_PATTERN)
+# An event key (emit_event, ctx.wait_for_event): the queue-name characters
+# and ":" (keys name things, "signup:42"; a key never goes through the
+# worker's --queues syntax), up to EVENT_KEY_MAX_LENGTH characters.
+EVENT_KEY_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]*$"
+EVENT_KEY_RE = re.compile(EVENT_KEY_PATTERN)
 # A delay longer than this is surely a unit mistake (milliseconds for
 # seconds); it also keeps available_at far inside PostgreSQL's range.
 MAX_DELAY_SECONDS = 100 * 365 * 24 * 3600
@@ -76,9 +81,20 @@ DEPENDENCY_UNIQUE = "durable_jobs_dep_uniq"
 DEPENDENCY_PARENT_INDEX = "durable_jobs_dep_parent_idx"
 AUDIT_JOB_INDEX = "durable_jobs_audit_job_idx"
 AUDIT_QUEUE_INDEX = "durable_jobs_audit_queue_idx"
+STEP_UNIQUE = "durable_jobs_step_uniq"
+EVENT_WAITER_KEY_INDEX = "durable_jobs_waiter_key_idx"
+#: A step's name: what the handler passes, plus ``#n`` for a repeat.
+STEP_NAME_MAX_LENGTH = 220
+#: An event's key (``emit_event``, ``ctx.wait_for_event``): the queue-name rules, longer.
+EVENT_KEY_MAX_LENGTH = 200
 #: The most parents one job may wait for (``depends_on``).
 DEPENDS_ON_MAX = 10_000
 # A cancel of a running job is NOTIFYed on the queue's channel with this
 # prefix before the job's id. Queue names (the enqueue notifications'
 # payload) cannot contain ":", so the two never mix.
 CANCEL_NOTIFY_PREFIX = "cancel:"
+#: The advisory lock space of event keys (two-int form: this, hashtext(key)).
+#: An emit and a job suspending to wait for the same key both take it, in
+#: their transactions, before they read or write the key's event: so a wait
+#: either finds the event or is woken by its emit, never neither.
+EVENT_LOCK_SPACE = 0x444A4556  # "DJEV"

@@ -19,7 +19,7 @@ from django.db import connections, transaction
 from . import db
 from .enqueueing import EnqueueResult, insert_specs, spec_from_item
 from .ids import new_job_id
-from .models import JobDependency
+from .models import DependencyKind, JobDependency
 from .validation import Defaults, JobSpec
 
 __all__ = ["chain", "group", "parent_results"]
@@ -117,7 +117,9 @@ def parent_results(job_id: uuid.UUID, *, using: str | None = None) -> dict[uuid.
 
 
 def _read_parent_results(job_id: uuid.UUID, using: str | None) -> dict[uuid.UUID, Any]:
-    edges = JobDependency.objects.using(db.database_alias(using)).filter(child_id=job_id)
+    edges = JobDependency.objects.using(db.database_alias(using)).filter(
+        child_id=job_id, kind=DependencyKind.DEPENDS_ON
+    )
     return dict(edges.values_list("parent_id", "parent__result"))
 
 

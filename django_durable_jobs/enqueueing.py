@@ -20,7 +20,7 @@ from django.db import transaction
 from . import db, metrics, tracing
 from .exceptions import DurableJobsError, IdempotencyConflict, InvalidJob
 from .ids import new_job_id
-from .models import Job, JobDependency, JobStatus
+from .models import DependencyKind, Job, JobDependency, JobStatus
 from .validation import Defaults, JobSpec, build_spec
 
 logger = logging.getLogger(__name__)
@@ -358,7 +358,10 @@ def _parents_of(alias: str, job_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, s
     """``{job id: its parents' ids}`` for ``job_ids`` (no query when empty)."""
     parents: dict[uuid.UUID, set[uuid.UUID]] = {}
     if job_ids:
-        edges = JobDependency.objects.using(alias).filter(child_id__in=list(job_ids))
+        # depends_on edges only: ctx.run_job's 'awaits' ones came later.
+        edges = JobDependency.objects.using(alias).filter(
+            child_id__in=list(job_ids), kind=DependencyKind.DEPENDS_ON
+        )
         for child, parent in edges.values_list("child_id", "parent_id"):
             parents.setdefault(child, set()).add(parent)
     return parents

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .models import Job
@@ -139,3 +139,104 @@ class InvalidPause(DurableJobsError, ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class EventTimeout(DurableJobsError):
+    """``ctx.wait_for_event(key, timeout=...)``'s deadline passed before the event came.
+
+    Raised in the handler at the run that finds the deadline passed, and
+    again at every later run of the job (the timeout is recorded as the
+    wait's step, so a retry does not wait again). ``key`` is the event's key.
+    """
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"no event {key!r} came before the wait's deadline")
+        self.key = key
+
+
+class ChildJobFailed(DurableJobsError):
+    """The child job of ``ctx.run_job`` ended ``dead`` or ``cancelled``.
+
+    ``child_id`` is the child's id and ``status`` how it ended; raised in
+    the parent's handler when it runs again after the child ended (and at
+    every later run, as long as the child keeps that end).
+    """
+
+    def __init__(self, child_id: object, status: str, last_error: str = "") -> None:
+        detail = f": {last_error.splitlines()[0]}" if last_error.strip() else ""
+        super().__init__(f"child job {child_id} ended {status}{detail}")
+        self.child_id = child_id
+        self.status = status
+
+
+class StepResultError(DurableJobsError, ValueError):
+    """A step's result cannot be recorded: not JSON, or larger than
+    ``DURABLE_JOBS["STEP_RESULT_MAX_BYTES"]``. The message names the step;
+    the attempt fails (the step is not recorded, so a retry runs it again)."""
+
+    def __init__(self, step: str, message: str) -> None:
+        super().__init__(f"step {step!r}: {message}")
+        self.step = step
+
+
+class LeaseLost(DurableJobsError):
+    """This worker no longer holds the job's lease (it was reaped, or claimed elsewhere):
+    a checkpoint or a suspension found the lease token gone and wrote nothing.
+
+    Raised inside the handler so that it stops; the attempt's outcome is
+    dropped too (its write is fenced by the same token).
+    """
+
+    def __init__(self, job_id: object) -> None:
+        super().__init__(f"the lease of job {job_id} was lost: nothing was recorded")
+        self.job_id = job_id
+
+
+class Suspended(BaseException):
+    """Raised by ``ctx.sleep``, ``ctx.wait_for_event`` and ``ctx.run_job`` once the job's
+    suspension is committed: the handler stops here, the worker frees its slot
+    and records no outcome, and the job runs again from the top when it is due.
+
+    A ``BaseException`` (like ``KeyboardInterrupt``), so that a handler's
+    ``except Exception:`` cannot swallow it: do not catch it (nor a bare
+    ``except:``) around those calls, or the handler goes on with a job that
+    is no longer its own (whatever it records after is refused by the fence).
+    ``reason`` is ``"sleep"``, ``"event"`` or ``"child"``.
+    """
+
+    def __init__(self, reason: str, detail: str = "", wakes_at: datetime | None = None) -> None:
+        super().__init__(f"suspended ({reason}{': ' + detail if detail else ''})")
+        self.reason = reason
+        self.detail = detail
+        #: When the job becomes runnable by itself (a sleep's end, a wait's deadline).
+        self.wakes_at = wakes_at
+
+
+class InvalidEvent(DurableJobsError, ValueError):
+    """``emit_event`` (or a wait) was given a bad event key or payload; nothing was written.
+
+    ``field`` is ``"key"`` or ``"payload"``, so the REST API reports the
+    error against that field.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class EventConflict(DurableJobsError):
+    """The event ``key`` was already emitted with another payload.
+
+    The first emit wins and never changes: emitting the same payload again
+    is no error (``EmitResult.created`` is ``False``), another one is this.
+    ``existing`` is the stored ``Event``.
+    """
+
+    def __init__(self, key: str, existing: Any) -> None:
+        super().__init__(
+            f"Event {key!r} was already emitted with a different payload "
+            "(the first emit wins and never changes)."
+        )
+        self.key = key
+        self.existing = existing

@@ -76,6 +76,19 @@ if prometheus_client is not None:
         "Attempt outcomes (already counted in durable_jobs_processed_total) that could not "
         "be written; the reaper retries those jobs.",
     )
+    STEPS = prometheus_client.Counter(
+        "durable_jobs_steps",
+        "Durable steps by what became of them: run (fn called and recorded), replayed (the "
+        "record returned, fn not called) or failed.",
+        ["queue", "type", "result"],
+    )
+    # Not durable_jobs_suspended: that is the gauge of the jobs suspended now
+    # (QueueDepthCollector); this counts the suspensions as they happen.
+    SUSPENSIONS = prometheus_client.Counter(
+        "durable_jobs_suspensions",
+        "Suspensions of jobs by themselves (durable steps), by reason: sleep, event or child.",
+        ["queue", "reason"],
+    )
     IN_FLIGHT = prometheus_client.Gauge(
         "durable_jobs_in_flight",
         "Jobs claimed by this process and still running.",
@@ -137,6 +150,7 @@ def record_enqueued(queue: str, type: str, count: int = 1) -> None:
 _by_queue: dict[str, tuple[Any, Any]] = {}
 _by_job_type: dict[tuple[str, str], tuple[Any, ...]] = {}
 _enqueued: dict[tuple[str, str], Any] = {}
+_steps: dict[tuple[str, str, str], Any] = {}
 
 
 def _queue_children(queue: str) -> tuple[Any, Any]:
@@ -191,6 +205,27 @@ def record_finished(job: ClaimedJob, transition: Transition, duration: float) ->
             children[-1].observe(duration)
 
 
+def record_step(queue: str, type: str, result: str) -> None:
+    """A durable step ran (``run``), was replayed from its record, or failed."""
+    if ENABLED:
+        child = _steps.get((queue, type, result))
+        if child is None:
+            child = _steps[(queue, type, result)] = STEPS.labels(queue, type, result)
+        child.inc()
+
+
+def record_suspended(queue: str, reason: str) -> None:
+    """A job suspended itself (``sleep``, ``event``, ``child``)."""
+    if ENABLED:
+        SUSPENSIONS.labels(queue, reason).inc()
+
+
+def record_left(job: ClaimedJob) -> None:
+    """An attempt left without an outcome (its job suspended): no longer in flight."""
+    if ENABLED:
+        _queue_children(job.queue)[0].dec()
+
+
 def record_released(job: ClaimedJob) -> None:
     """A job given back unfinished (shutdown): no longer in flight, no attempt counted."""
     if ENABLED:
@@ -233,9 +268,10 @@ def set_notifications_ok(listen_database: str, ok: bool | None) -> None:
 
 
 class QueueDepthCollector:
-    """``durable_jobs_queue_depth{queue,status}`` and the oldest pending job's age.
+    """``durable_jobs_queue_depth{queue,status}``, the oldest pending job's age, and
+    ``durable_jobs_suspended{queue,reason}`` (durable steps: sleep, event, child).
 
-    One grouped query per reading, cached for ``DEPTH_CACHE_SECONDS`` so
+    Two grouped queries per reading, cached for ``DEPTH_CACHE_SECONDS`` so
     that several scrapers (or a fast one) do not load the database.
     """
 
@@ -244,6 +280,7 @@ class QueueDepthCollector:
         self._ttl = ttl
         self._lock = threading.Lock()
         self._rows: list[tuple[str, str, int, float | None]] | None = None
+        self._suspended: list[tuple[str, str, int]] = []
         self._read_at = 0.0
 
     def describe(self) -> list[Any]:
@@ -251,6 +288,7 @@ class QueueDepthCollector:
         return [
             GaugeMetricFamily("durable_jobs_queue_depth", "", labels=["queue", "status"]),
             GaugeMetricFamily("durable_jobs_oldest_pending_age_seconds", "", labels=["queue"]),
+            GaugeMetricFamily("durable_jobs_suspended", "", labels=["queue", "reason"]),
         ]
 
     def rows(self) -> list[tuple[str, str, int, float | None]]:
@@ -259,12 +297,20 @@ class QueueDepthCollector:
             if self._rows is not None and now - self._read_at < self._ttl:
                 return self._rows
             try:
-                self._rows = db.queue_depth(db.database_alias(self._alias))
+                alias = db.database_alias(self._alias)
+                self._rows = db.queue_depth(alias)
+                self._suspended = db.suspended_jobs(alias)
             except DatabaseError as exc:
                 logger.warning("Queue depth for metrics unavailable: %s", exc)
+                self._suspended = []
                 return []
             self._read_at = now
             return self._rows
+
+    def suspended(self) -> list[tuple[str, str, int]]:
+        """``(queue, reason, count)`` of the last reading (``rows()`` reads both)."""
+        with self._lock:
+            return list(self._suspended)
 
     def collect(self) -> Iterator[Any]:
         depth = GaugeMetricFamily(
@@ -277,12 +323,21 @@ class QueueDepthCollector:
             "How long the oldest runnable pending job of each queue has waited.",
             labels=["queue"],
         )
+        suspended = GaugeMetricFamily(
+            "durable_jobs_suspended",
+            "Suspended jobs (durable steps) per queue and reason: sleep (ctx.sleep), event "
+            "(ctx.wait_for_event), child (ctx.run_job), read from the database.",
+            labels=["queue", "reason"],
+        )
         for queue, status, count, age in self.rows():
             depth.add_metric([queue, status], count)
             if age is not None:
                 oldest.add_metric([queue], age)
+        for queue, reason, count in self.suspended():
+            suspended.add_metric([queue, reason], count)
         yield depth
         yield oldest
+        yield suspended
 
 
 class ScheduleCollector:

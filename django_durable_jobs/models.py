@@ -30,6 +30,8 @@ from .constants import (
     CREATED_INDEX,
     DEPENDENCY_PARENT_INDEX,
     DEPENDENCY_UNIQUE,
+    EVENT_KEY_MAX_LENGTH,
+    EVENT_WAITER_KEY_INDEX,
     FINISHED_INDEX,
     IDEMPOTENCY_CONSTRAINT,
     IDEMPOTENCY_KEY_MAX_LENGTH,
@@ -41,6 +43,8 @@ from .constants import (
     QUEUE_INDEX,
     QUEUE_MAX_LENGTH,
     STATUS_INDEX,
+    STEP_NAME_MAX_LENGTH,
+    STEP_UNIQUE,
     TYPE_INDEX,
     TYPE_MAX_LENGTH,
 )
@@ -225,6 +229,19 @@ class Job(models.Model):
         editable=False,
         help_text=_("W3C trace context (traceparent, tracestate) of the span that enqueued it."),
     )
+    # Durable steps (context.py, steps/): why a suspended job waits, written
+    # by the suspension itself: {"until": iso time} (ctx.sleep), {"event":
+    # key} (ctx.wait_for_event, with "deadline" when it has a timeout),
+    # {"job": id} (ctx.run_job). Meaningful only while the job is pending or
+    # waiting; never written by the claim or the outcome paths, so jobs that
+    # use no steps never touch it (a NULL costs a bit in the row's null bitmap).
+    waiting_for = models.JSONField(
+        _("waiting for"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("Why a suspended job waits: a time, an event or a child job."),
+    )
 
     objects = JobQuerySet.as_manager()
 
@@ -348,8 +365,25 @@ class Job(models.Model):
         """The other ends of this job's edges where it is ``this_end``; no query at 0."""
         if not count:
             return []
-        edges = JobDependency.objects.using(self._state.db).filter(**{this_end: self.pk})
+        # Not ctx.run_job's 'awaits' edges: a parent waiting for its child
+        # job is not that child's dependent in the depends_on sense.
+        edges = JobDependency.objects.using(self._state.db).filter(
+            **{this_end: self.pk}, kind=DependencyKind.DEPENDS_ON
+        )
         return list(edges.order_by(other_end).values_list(other_end, flat=True))
+
+
+class DependencyKind(models.TextChoices):
+    """Why an edge's child waits for its parent."""
+
+    #: ``enqueue(..., depends_on=[parent])``: the parent's failure cancels the
+    #: child unless its ``on_parent_failure`` is ``run``.
+    DEPENDS_ON = "depends_on", _("depends on")
+    #: ``ctx.run_job``: the edge's child is the job that started the edge's
+    #: parent and suspended until it ends; the parent's failure never cancels
+    #: it (its handler gets ``ChildJobFailed``). Not counted in
+    #: ``parent_count``/``dependent_count``'s display, nor in ``parent_results``.
+    AWAITS = "awaits", _("awaits")
 
 
 class JobDependency(models.Model):
@@ -374,6 +408,13 @@ class JobDependency(models.Model):
         default=False,
         db_default=False,
         help_text=_("The parent's end was counted for the child."),
+    )
+    kind = models.CharField(
+        _("kind"),
+        max_length=16,
+        choices=DependencyKind.choices,
+        default=DependencyKind.DEPENDS_ON,
+        db_default=DependencyKind.DEPENDS_ON,
     )
 
     class Meta:
@@ -732,3 +773,120 @@ class AuditEntry(models.Model):
     def details_text(self) -> str:
         """``details`` as compact JSON, keys sorted: what the History pages show."""
         return json.dumps(self.details, sort_keys=True, default=str, separators=(", ", ": "))
+
+
+class StepStatus(models.TextChoices):
+    """Where one recorded step is."""
+
+    #: ``fn`` returned (or the sleep ended, the event came, the child
+    #: finished): later runs replay ``result``.
+    COMPLETED = "completed", _("completed")
+    #: ``fn`` raised in its last try: nothing to replay, the next run calls it again.
+    FAILED = "failed", _("failed")
+    #: A sleep or a wait that suspended the job and has not ended yet.
+    SUSPENDED = "suspended", _("suspended")
+
+
+class StepKind(models.TextChoices):
+    STEP = "step", _("step")
+    SLEEP = "sleep", _("sleep")
+    EVENT = "event", _("event")
+    CHILD = "child", _("child job")
+
+
+class JobStep(models.Model):
+    """One recorded step of a job (``ctx.step``, ``ctx.sleep``, ``ctx.wait_for_event``,
+    ``ctx.run_job``): its result, replayed by every later run of the job.
+
+    Written only by the worker that holds the job's lease, in one fenced
+    statement (``db/steps.py``); an ``atomic=True`` step's record commits in
+    the transaction of the step's own writes. Deleted with its job (pruning
+    deletes a job's steps first); kept by a requeue unless it is a retry
+    from a step, which deletes that step's record and every later one.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(
+        Job, models.CASCADE, related_name="steps", db_index=False, verbose_name=_("job")
+    )
+    #: The handler's name for it, ``name#2``... for the second use of a name in a run.
+    name = models.CharField(_("name"), max_length=STEP_NAME_MAX_LENGTH)
+    kind = models.CharField(
+        _("kind"), max_length=16, choices=StepKind.choices, default=StepKind.STEP
+    )
+    status = models.CharField(_("status"), max_length=16, choices=StepStatus.choices)
+    #: The job's attempt that wrote the record (the last write, for a failed step).
+    attempt = models.PositiveIntegerField(_("attempt"))
+    #: The order the records were first written in (what the job's page lists by).
+    position = models.PositiveIntegerField(_("position"), default=0)
+    started_at = models.DateTimeField(_("started at"))
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    result = models.JSONField(_("result"), null=True, blank=True)
+    #: Size of ``result`` as JSON text, in bytes (the job's page shows it).
+    result_bytes = models.PositiveIntegerField(_("result size"), default=0)
+    error = models.TextField(_("error"), blank=True, default="")
+    #: A sleep's end, or an event wait's deadline (None: waits for ever).
+    wake_at = models.DateTimeField(_("wakes at"), null=True, blank=True)
+    #: What a suspended step waits for: the event's key, or the child job's id.
+    event_key = models.CharField(  # noqa: DJ001
+        _("event key"), max_length=EVENT_KEY_MAX_LENGTH, null=True, blank=True
+    )
+    child_id = models.UUIDField(_("child job"), null=True, blank=True)
+
+    class Meta:
+        db_table = "durable_jobs_step"
+        ordering = ["job", "position", "id"]
+        verbose_name = _("job step")
+        verbose_name_plural = _("job steps")
+        constraints = [
+            # One record per name per job; also the index of a job's steps.
+            models.UniqueConstraint(fields=["job", "name"], name=STEP_UNIQUE),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.name} ({self.status})"
+
+
+class Event(models.Model):
+    """An event, emitted once (``emit_event``): the first emit wins and never changes.
+
+    Kept after the jobs waiting for it woke, so that a job that waits for it
+    later (or runs again) finds it.
+    """
+
+    key = models.CharField(_("key"), max_length=EVENT_KEY_MAX_LENGTH, primary_key=True)
+    payload = models.JSONField(_("payload"), null=True, blank=True)
+    created_at = models.DateTimeField(_("emitted at"), default=timezone.now)
+
+    class Meta:
+        db_table = "durable_jobs_event"
+        ordering = ["-created_at"]
+        verbose_name = _("event")
+        verbose_name_plural = _("events")
+        default_permissions = ("view",)
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class EventWaiter(models.Model):
+    """A job suspended in ``ctx.wait_for_event(key)``: what an emit of ``key`` wakes.
+
+    One row per suspended job (a job waits for one event at a time),
+    deleted by the emit that wakes it, or with the job.
+    """
+
+    job = models.OneToOneField(
+        Job, models.CASCADE, primary_key=True, related_name="event_wait", verbose_name=_("job")
+    )
+    key = models.CharField(_("key"), max_length=EVENT_KEY_MAX_LENGTH)
+    since = models.DateTimeField(_("since"), default=timezone.now)
+
+    class Meta:
+        db_table = "durable_jobs_event_waiter"
+        verbose_name = _("event waiter")
+        verbose_name_plural = _("event waiters")
+        indexes = [models.Index(fields=["key"], name=EVENT_WAITER_KEY_INDEX)]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} waits for {self.key}"

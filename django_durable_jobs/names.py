@@ -18,6 +18,8 @@ from typing import Any
 
 from .constants import (
     CONCURRENCY_KEY_MAX_LENGTH,
+    EVENT_KEY_MAX_LENGTH,
+    EVENT_KEY_RE,
     IDEMPOTENCY_KEY_MAX_LENGTH,
     QUEUE_MAX_LENGTH,
     QUEUE_NAME_RE,
@@ -125,3 +127,19 @@ def validate_idempotency_key(value: Any) -> str | None:
     if value is None:
         return None
     return _text("idempotency_key", value, IDEMPOTENCY_KEY_MAX_LENGTH)
+
+
+def validate_event_key(value: Any) -> str:
+    """An event key: letters, digits, ``_``, ``-``, ``.`` and ``:``, at most 200 characters.
+
+    The queue-name rules, longer, and with ``:`` (``signup:42``). Raises
+    ``InvalidJob`` for field ``key``; ``events`` words it as ``InvalidEvent``.
+    """
+    _text("key", value, EVENT_KEY_MAX_LENGTH)
+    if not EVENT_KEY_RE.fullmatch(value):
+        raise InvalidJob(
+            "key",
+            f"{value!r} is not a valid event key: use letters, digits, '_', '-', '.' and ':', "
+            "starting with a letter, a digit or '_'.",
+        )
+    return str(value)

@@ -1,4 +1,4 @@
-"""What operators do to jobs: requeue, cancel, run now.
+"""What operators do to jobs: requeue (from a step, too), cancel, run now.
 
 The REST API, the admin and the CLI all call these, so a rule (which
 states a job may leave, what is reset) lives in one place. Each one is a
@@ -27,7 +27,7 @@ from django.db.models.functions import Now
 from . import audit, db, hooks
 from .authorization import Actor
 from .exceptions import DurableJobsError
-from .models import Job, JobStatus
+from .models import EventWaiter, Job, JobStatus, JobStep
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,20 @@ class JobStateError(DurableJobsError):
         self.job = job
         self.operation = operation
         self.allowed = allowed
+
+
+class UnknownStep(DurableJobsError, ValueError):
+    """A retry from a step named a step the job has no record of (the API answers 400)."""
+
+    def __init__(self, job: Job, name: str, known: Iterable[str]) -> None:
+        known = list(known)
+        listed = ", ".join(repr(n) for n in known[:20]) + (", ..." if len(known) > 20 else "")
+        super().__init__(
+            f"Job {job.pk} has no step {name!r}"
+            + (f"; its steps: {listed}." if known else ": it has no recorded steps.")
+        )
+        self.job = job
+        self.name = name
 
 
 _PAST = {"requeue": "requeued", "cancel": "cancelled", "run now": "run now"}
@@ -85,6 +99,9 @@ def _changes(operation: str) -> tuple[tuple[str, ...], dict[str, Any]]:
             "lease_expires_at": None,
             "lease_token": None,
             "cancel_requested_at": None,
+            # It runs from the top: whatever it waited for when it ended
+            # (a cancelled sleeper) is no longer so.
+            "waiting_for": None,
             "updated_at": Now(),
         }
     if operation == "cancel":
@@ -138,12 +155,18 @@ def _apply(
                 descendants = db.release_dependents(
                     alias, {pk: JobStatus.CANCELLED for pk, count in locked.items() if count}
                 )
+                # A job cancelled while suspended in wait_for_event: its waiter
+                # row goes with the wait (by primary key; no emit will wake it).
+                EventWaiter.objects.using(alias).filter(job_id__in=changed).delete()
                 # Wake their waiters (wait(), ?wait=) at commit, as
                 # record_outcomes does for the jobs a worker finishes.
                 db.notify_finished(alias, changed)
             else:
                 if operation == "requeue":
                     db.rewait_dependents(alias, [pk for pk, count in locked.items() if count])
+                    # A job cancelled while it waited for an event: its next
+                    # run waits (or not) afresh.
+                    EventWaiter.objects.using(alias).filter(job_id__in=changed).delete()
                 queues = set(
                     Job.objects.using(alias).filter(pk__in=changed).values_list("queue", flat=True)
                 )
@@ -196,7 +219,11 @@ def _one(operation: str, job_id: uuid.UUID | str, using: str | None, actor: Acto
 
 
 def requeue(
-    job_id: uuid.UUID | str, *, using: str | None = None, actor: Actor | None = None
+    job_id: uuid.UUID | str,
+    *,
+    from_step: str | None = None,
+    using: str | None = None,
+    actor: Actor | None = None,
 ) -> Job:
     """Put a ``dead`` or ``cancelled`` job back to ``pending`` with attempts reset to 0.
 
@@ -204,11 +231,52 @@ def requeue(
     had counted its end as done) wait for it again, and proceed when it
     completes; the ones cancelled when it ended stay cancelled (requeue
     them too). It runs at once, whatever its own parents: a requeue is an
-    operator's decision.
+    operator's decision. Its recorded steps are kept: the next run replays
+    them.
 
-    Raises ``Job.DoesNotExist`` or ``JobStateError``.
+    ``from_step``: retry from that step (a name of the job's steps, as the
+    job's page lists them): its record and every record written after it
+    (by position, then id) are deleted in the requeue's transaction, so the
+    next run calls those steps again and replays the ones before. The
+    actor needs ``durable_jobs.requeue_job``; the trail records action
+    ``retry_from_step`` with ``{"from_step": name}``.
+
+    Raises ``Job.DoesNotExist``, ``JobStateError`` (not dead or cancelled)
+    or ``UnknownStep``.
     """
-    return _one("requeue", job_id, using, actor)
+    if from_step is None:
+        return _one("requeue", job_id, using, actor)
+    alias = db.database_alias(using)
+    if actor is not None:
+        actor.require("retry_from_step")
+    with transaction.atomic(using=alias):
+        # The row lock first: no other requeue (or retry) of this job
+        # interleaves with the steps' delete below.
+        job = Job.objects.using(alias).select_for_update().get(pk=job_id)
+        if job.status not in REQUEUE_FROM:
+            raise JobStateError(job, "requeue", REQUEUE_FROM)
+        steps = JobStep.objects.using(alias).filter(job_id=job.pk)
+        step = steps.filter(name=from_step).only("id", "position").first()
+        if step is None:
+            raise UnknownStep(job, from_step, steps.values_list("name", flat=True)[:21])
+        forgotten, _ = steps.filter(
+            Q(position__gt=step.position) | Q(position=step.position, id__gte=step.id)
+        ).delete()
+        _apply("requeue", [job.pk], alias)
+        if actor is not None:
+            audit.record(
+                actor,
+                "retry_from_step",
+                using=alias,
+                jobs=[job.pk],
+                details={"from_step": from_step},
+            )
+        job.refresh_from_db(using=alias)
+    logger.info(
+        "Job retried from step id=%s step=%s forgotten=%s", job.pk, from_step, forgotten,
+        extra={"job_id": str(job.pk)},
+    )  # fmt: skip
+    return job
 
 
 def cancel(job_id: uuid.UUID | str, *, using: str | None = None, actor: Actor | None = None) -> Job:

@@ -227,7 +227,7 @@ class AttemptSpan:
         error: BaseException | None = None,
     ) -> None:
         """End the span: ``outcome`` (``completed``, ``retry``, ``dead``, ``cancelled``,
-        ``released``, ``lease_lost``) and, for a failed attempt,
+        ``released``, ``lease_lost``, ``suspended``) and, for a failed attempt,
         ``failure`` as ``(error.type, description)``.
 
         ``error``: an exception that escaped the attempt (else what the

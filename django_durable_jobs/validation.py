@@ -115,17 +115,22 @@ def dump_payload(value: Any) -> str:
     """
     if value.__class__ is not dict and not isinstance(value, dict):
         raise InvalidJob("payload", f"must be a JSON object (a dict), not {type(value).__name__}.")
+    return dump_json("payload", value)
+
+
+def dump_json(field: str, value: Any) -> str:
+    """Any JSON value as JSON text that jsonb can store, or ``InvalidJob`` for ``field``."""
     try:
         text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
-        raise InvalidJob("payload", f"is not JSON-serialisable: {exc}.") from None
+        raise InvalidJob(field, f"is not JSON-serialisable: {exc}.") from None
     except RecursionError:
-        raise InvalidJob("payload", "is nested too deeply to serialise.") from None
+        raise InvalidJob(field, "is nested too deeply to serialise.") from None
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         # PostgreSQL's jsonb cannot store NUL in a string.
-        raise InvalidJob("payload", "must not contain NUL characters.")
+        raise InvalidJob(field, "must not contain NUL characters.")
     if not text.isascii() and SURROGATE_RE.search(text):
-        raise InvalidJob("payload", NO_SURROGATES)
+        raise InvalidJob(field, NO_SURROGATES)
     return text
 
 

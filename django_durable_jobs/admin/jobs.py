@@ -31,7 +31,7 @@ from django.utils.text import Truncator, capfirst
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from .. import audit, bulk, operations
+from .. import audit, bulk, operations, step_records
 from ..authorization import Actor, user_can
 from ..conf import jobs_settings
 from ..exceptions import IdempotencyConflict
@@ -233,6 +233,9 @@ class JobAction:
     #: The confirmation page's question and what it says happens.
     question: Promise
     explanation: Promise
+    #: The confirmation page offers a select of the job's steps (``from_step``),
+    #: and the button shows only for a job with steps.
+    chooses_step: bool = False
 
 
 #: The buttons of a job's page, in the order shown (DESIGN.md: "Operator views").
@@ -250,6 +253,20 @@ JOB_ACTIONS: dict[str, JobAction] = {
                 "worker is free. Its error history is kept. Its dependents still waiting wait "
                 "for it again; those cancelled when it ended stay cancelled."
             ),
+        ),
+        JobAction(
+            "retry-from-step",
+            _("Retry from step"),
+            tuple(operations.REQUEUE_FROM),
+            operations.requeue,
+            _("Retry this job from a step?"),
+            _(
+                "It is requeued (pending, attempts reset to 0, runnable as soon as a worker is "
+                "free), and the record of the step you choose and of every step recorded after "
+                "it is deleted: the next run calls those steps again, and replays the results "
+                "of the steps before it."
+            ),
+            chooses_step=True,
         ),
         JobAction(
             "cancel",
@@ -280,7 +297,12 @@ JOB_ACTIONS: dict[str, JobAction] = {
 }
 
 #: A job page button's slug -> its action in authorization.py (and the audit trail).
-ACTION_OF_SLUG = {"requeue": "requeue", "cancel": "cancel", "run-now": "run_now"}
+ACTION_OF_SLUG = {
+    "requeue": "requeue",
+    "retry-from-step": "retry_from_step",
+    "cancel": "cancel",
+    "run-now": "run_now",
+}
 
 
 def _created_range(params: Mapping[str, str]) -> tuple[datetime.datetime, datetime.datetime] | None:
@@ -388,6 +410,7 @@ class JobAdmin(BoundedJobListMixin, JobModelAdmin):
             {"fields": ("parents_display", "children_display", "on_parent_failure", "waiting_on")},
         ),
         (_("Payload and result"), {"fields": ("payload_display", "result_display")}),
+        (_("Durable steps"), {"fields": ("waiting_for_display", "steps_display")}),
         # "error_history": the field's old name, kept for the selectors that know it.
         (_("Attempts and errors"), {"fields": ("error_history", "last_error_display")}),
         (
@@ -420,6 +443,8 @@ class JobAdmin(BoundedJobListMixin, JobModelAdmin):
         "waiting_on",
         "payload_display",
         "result_display",
+        "waiting_for_display",
+        "steps_display",
         "last_error_display",
         "error_history",
         "bulk_progress",
@@ -522,7 +547,12 @@ class JobAdmin(BoundedJobListMixin, JobModelAdmin):
             if action.slug in self.job_action_slugs
             and job.status in self._allowed(action)
             and user_can(request.user, ACTION_OF_SLUG[action.slug])
+            and (not action.chooses_step or self._has_steps(job))
         ]
+
+    @staticmethod
+    def _has_steps(job: Job) -> bool:
+        return bool(step_records.step_names(job, limit=1))
 
     def _allowed(self, action: JobAction) -> tuple[str, ...]:
         """The statuses ``action`` applies to on this admin's pages (dead ones only, there)."""
@@ -600,12 +630,19 @@ class JobAdmin(BoundedJobListMixin, JobModelAdmin):
         if job.status not in action.allowed:
             self.message_user(request, self._not_allowed(action, job), messages.WARNING)
             return HttpResponseRedirect(self._job_url(job.pk))
+        step_names = step_records.step_names(job) if action.chooses_step else []
+        if action.chooses_step and not step_names:
+            self.message_user(
+                request, _("Job %(id)s has no recorded steps.") % {"id": job.pk}, messages.WARNING
+            )
+            return HttpResponseRedirect(self._job_url(job.pk))
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": action.question,
             "job": job,
             "action": action,
+            "step_names": step_names,
             "job_url": reverse(f"admin:{self._url_name('change')}", args=[job.pk]),
         }
         request.current_app = self.admin_site.name
@@ -621,8 +658,15 @@ class JobAdmin(BoundedJobListMixin, JobModelAdmin):
         }
 
     def _perform(self, request: HttpRequest, action: JobAction, job: Job) -> HttpResponse:
+        options: dict[str, Any] = {}
+        if action.chooses_step:
+            options["from_step"] = request.POST.get("from_step", "")
         try:
-            changed = action.perform(job.pk, actor=self._actor(request))
+            changed = action.perform(job.pk, actor=self._actor(request), **options)
+        except operations.UnknownStep as exc:
+            self.message_user(
+                request, _("Nothing was done: %(reason)s") % {"reason": exc}, messages.ERROR
+            )
         except operations.JobStateError as exc:
             # Its state changed since the page was shown (a worker claimed
             # it, someone else requeued it): the UPDATE matched nothing.
@@ -646,6 +690,10 @@ class JobAdmin(BoundedJobListMixin, JobModelAdmin):
     def _done(action: JobAction, job: Job) -> str:
         if action.slug == "requeue":
             return _("Job %(id)s was requeued: pending, runnable now.") % {"id": job.pk}
+        if action.slug == "retry-from-step":
+            return _("Job %(id)s was requeued from the chosen step: pending, runnable now.") % {
+                "id": job.pk
+            }
         if action.slug == "run-now":
             return _("Job %(id)s will run now: the next free worker claims it.") % {"id": job.pk}
         if job.status == JobStatus.RUNNING:
@@ -860,6 +908,53 @@ class JobAdmin(BoundedJobListMixin, JobModelAdmin):
     def result_display(self, obj: Job) -> SafeString:
         return _json_pre(obj.result)
 
+    @admin.display(description=_("waits for"))
+    def waiting_for_display(self, obj: Job) -> SafeString | str:
+        """Why a suspended job waits: a time, an event key, a child job (linked), parents."""
+        reason = step_records.waiting_for(obj)
+        if not reason:
+            return "-"
+        if "until" in reason:
+            return format_html("{} <time>{}</time>", _("Sleeping until"), reason["until"])
+        if "event" in reason:
+            text = format_html("{} <code>{}</code>", _("Waiting for the event"), reason["event"])
+            if reason.get("deadline"):
+                text = format_html("{} ({} {})", text, _("times out at"), reason["deadline"])
+            return text
+        if "job" in reason:
+            child = step_records.child_id(reason)
+            if child is None:
+                return format_html("{} {}", _("Waiting for the child job"), reason["job"])
+            return format_html("{} {}", _("Waiting for the child job"), self._job_links([child]))
+        if "parents" in reason:
+            parents = [uuid.UUID(pk) for pk in reason["parents"]]
+            return format_html("{} {}", _("Waiting for its parents:"), self._job_links(parents))
+        return format_html("<code>{}</code>", json.dumps(reason, sort_keys=True))
+
+    @admin.display(description=_("steps"))
+    def steps_display(self, obj: Job) -> SafeString | str:
+        """The recorded steps, by position: name, kind, attempt, when, duration, size or error."""
+        steps = step_records.job_steps(obj)
+        if not steps.rows:
+            return "-"
+        rows = [
+            {
+                "step": step,
+                "duration": (
+                    (step.finished_at - step.started_at).total_seconds()
+                    if step.finished_at and step.started_at
+                    else None
+                ),
+            }
+            for step in steps.rows
+        ]
+        return SafeString(
+            render_to_string(
+                "admin/durable_jobs/job/steps.html",
+                {"rows": rows, "truncated": steps.truncated, "limit": step_records.STEPS_SHOWN},
+            )
+        )
+
     @admin.display(description=_("last error"))
     def last_error_display(self, obj: Job) -> SafeString | str:
         return _pre(obj.last_error) if obj.last_error else ""
@@ -1024,6 +1119,6 @@ class DeadJobAdmin(JobAdmin):
     list_filter = (TypeFilter, QueueFilter)
     actions = ("requeue_jobs",)
     listed_status = JobStatus.DEAD
-    # Requeue is the one action that applies to a dead job: no URL for the others.
-    job_action_slugs = ("requeue",)
+    # Requeue (from a step, too) is what applies to a dead job: no URL for the others.
+    job_action_slugs = ("requeue", "retry-from-step")
     bulk_operations = ("requeue",)

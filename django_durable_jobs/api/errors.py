@@ -20,8 +20,8 @@ from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ..exceptions import IdempotencyConflict, InvalidJob, InvalidPause
-from ..operations import JobStateError
+from ..exceptions import EventConflict, IdempotencyConflict, InvalidEvent, InvalidJob, InvalidPause
+from ..operations import JobStateError, UnknownStep
 
 logger = logging.getLogger("django_durable_jobs.api")
 
@@ -110,6 +110,10 @@ class InvalidStateError(Conflict):
     default_code = "invalid_state"
 
 
+class EventConflictError(Conflict):
+    default_code = "event_conflict"
+
+
 def invalid_job_error(exc: InvalidJob) -> ValidationError:
     """``InvalidJob`` as a 400 naming the field as the request body spells it.
 
@@ -126,8 +130,13 @@ def translate(exc: Exception) -> Exception:
     """The DRF exception for one of the queue's own errors (others unchanged)."""
     if isinstance(exc, InvalidJob):
         return invalid_job_error(exc)
-    if isinstance(exc, InvalidPause):
+    if isinstance(exc, (InvalidPause, InvalidEvent)):
         return ValidationError({exc.field: [exc.message]})
+    if isinstance(exc, UnknownStep):
+        return ValidationError({"from_step": [str(exc)]})
+    if isinstance(exc, EventConflict):
+        # Not the stored payload: the emitter may not be one who reads events.
+        return EventConflictError(str(exc), extra={"key": exc.key})
     if isinstance(exc, IdempotencyConflict):
         return IdempotencyConflictError(
             str(exc),

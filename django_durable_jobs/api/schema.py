@@ -87,8 +87,37 @@ class EnqueueRequestExtension(OpenApiSerializerExtension):  # type: ignore[no-un
         }
 
 
+def _strict_body(auto_schema: AutoSchema, serializer: Any, direction: Any) -> dict[str, Any]:
+    schema: dict[str, Any] = auto_schema._map_basic_serializer(  # type: ignore[no-untyped-call]
+        serializer, direction
+    )
+    for field in schema["properties"].values():
+        # As EnqueueRequestExtension: no "" beside a patterned string.
+        if field.get("oneOf", [None])[-1] == {"type": "string", "maxLength": 0}:
+            field.update(field.pop("oneOf")[0])
+    return {**schema, "additionalProperties": False}
+
+
+class EmitRequestExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
+    """``POST /api/events``' body: ``key`` and ``payload``, nothing else."""
+
+    target_class = "django_durable_jobs.api.serializers.EmitSerializer"
+
+    def map_serializer(self, auto_schema: AutoSchema, direction: Any) -> dict[str, Any]:
+        return _strict_body(auto_schema, self.target, direction)
+
+
+class RequeueRequestExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
+    """``POST /api/jobs/{id}/requeue``' body: ``{}`` or ``{"from_step": name}``."""
+
+    target_class = "django_durable_jobs.api.serializers.RequeueSerializer"
+
+    def map_serializer(self, auto_schema: AutoSchema, direction: Any) -> dict[str, Any]:
+        return _strict_body(auto_schema, self.target, direction)
+
+
 class EmptyBodyExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
-    """The body of requeue, cancel and resume: ``{}``, no key allowed."""
+    """The body of cancel and resume: ``{}``, no key allowed."""
 
     target_class = "django_durable_jobs.api.guards.EmptyBodySerializer"
 

@@ -25,21 +25,24 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from .. import rest_policy
+from .. import rest_policy, step_records
 from ..conf import jobs_settings
 from ..constants import (
     CONCURRENCY_KEY_MAX_LENGTH,
     DEPENDS_ON_MAX,
+    EVENT_KEY_MAX_LENGTH,
+    EVENT_KEY_PATTERN,
     IDEMPOTENCY_KEY_MAX_LENGTH,
     MAX_ATTEMPTS_LIMIT,
     MAX_DELAY_SECONDS,
     PRIORITY_MAX,
     PRIORITY_MIN,
     QUEUE_MAX_LENGTH,
+    STEP_NAME_MAX_LENGTH,
     TYPE_MAX_LENGTH,
 )
 from ..exceptions import InvalidJob
-from ..models import Job, JobStatus, OnParentFailure
+from ..models import Job, JobStatus, OnParentFailure, StepKind, StepStatus
 from ..names import validate_queue
 from ..validation import validate_delay_or_run_at, validate_type
 from .errors import invalid_job_error
@@ -471,13 +474,68 @@ class JobSummarySerializer(JobSerializer):
         }
 
 
+# Any: serialized many=True, which the stubs' instance type cannot express.
+class StepSerializer(serializers.Serializer[Any]):
+    """One recorded step of a job (its result is not shown: ``result_bytes`` is its size)."""
+
+    name = serializers.CharField(
+        read_only=True, help_text="The step's name; name#2... for a repeat within a run."
+    )
+    kind = serializers.ChoiceField(choices=StepKind.choices, read_only=True)
+    attempt = serializers.IntegerField(read_only=True, help_text="The attempt that wrote it.")
+    started_at = serializers.DateTimeField(read_only=True)
+    finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    status = StrictCharField(
+        read_only=True,
+        # A pattern, not an enum: drf-spectacular names enums by field name, and
+        # "status" is the jobs' (StatusEnum) already.
+        schema={"type": "string", "pattern": f"^({'|'.join(StepStatus.values)})$"},
+        help_text="completed, failed, or suspended (a sleep or wait not over yet).",
+    )
+    error = serializers.CharField(read_only=True, help_text="A failed step's error; else empty.")
+    result_bytes = serializers.IntegerField(
+        read_only=True, help_text="Size of the recorded result as JSON text, in bytes."
+    )
+
+
+WAITING_FOR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "nullable": True,
+    "description": (
+        "Why the job waits, while it is pending or waiting; null otherwise. One of "
+        '{"until": time} (a sleep), {"event": key} (with "deadline" when the wait has a '
+        'timeout), {"job": id} (a child job), {"parents": [ids]} (depends_on parents not '
+        f"finished yet, the first {step_records.PARENTS_SHOWN})."
+    ),
+    "properties": {
+        "until": {"type": "string", "format": "date-time"},
+        "event": {"type": "string"},
+        "deadline": {"type": "string", "format": "date-time", "nullable": True},
+        "job": {"type": "string", "format": "uuid"},
+        "parents": {"type": "array", "items": {"type": "string", "format": "uuid"}},
+    },
+    "additionalProperties": True,
+}
+
+
 class JobDetailSerializer(JobSerializer):
-    """A job with its result, failure history, parents and dependents."""
+    """A job with its result, failure history, parents and dependents, steps and suspension."""
 
     result = AnyJSONField(read_only=True, allow_null=True)
     # A declared field: the serializer's metaclass takes it out of the class, so
     # Serializer.errors (the validation errors, which the stubs see) stays.
     errors = serializers.ListField(child=ObjectField(), read_only=True)  # type: ignore[assignment]
+    waiting_for = serializers.SerializerMethodField()
+    steps = serializers.SerializerMethodField(
+        help_text=(
+            f"Its recorded steps (ctx.step, sleeps, event waits, child jobs), by position: "
+            f"the first {step_records.STEPS_SHOWN}; steps_truncated says whether there are "
+            "more. Results are not shown, only their size."
+        )
+    )
+    steps_truncated = serializers.SerializerMethodField(
+        help_text=f"The job has more than {step_records.STEPS_SHOWN} step records."
+    )
     depends_on = serializers.ListField(
         child=serializers.UUIDField(),
         source="parent_ids",
@@ -503,8 +561,35 @@ class JobDetailSerializer(JobSerializer):
             "dependents",
             "result",
             "errors",
+            "waiting_for",
+            "steps",
+            "steps_truncated",
         )
         read_only_fields = fields
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._steps: dict[Any, step_records.Steps] = {}
+
+    def _job_steps(self, job: Job) -> step_records.Steps:
+        known = self.context.get("steps")
+        if known is not None:  # a job just enqueued has none: no query
+            return known  # type: ignore[no-any-return]
+        if job.pk not in self._steps:
+            self._steps[job.pk] = step_records.job_steps(job)
+        return self._steps[job.pk]
+
+    @extend_schema_field(WAITING_FOR_SCHEMA)
+    def get_waiting_for(self, job: Job) -> dict[str, Any] | None:
+        return step_records.waiting_for(job)
+
+    @extend_schema_field(StepSerializer(many=True))
+    def get_steps(self, job: Job) -> list[Any]:
+        return list(StepSerializer(self._job_steps(job).rows, many=True).data)
+
+    @extend_schema_field(OpenApiTypes.BOOL)
+    def get_steps_truncated(self, job: Job) -> bool:
+        return self._job_steps(job).truncated
 
 
 # --- schedules -------------------------------------------------------------------
@@ -777,3 +862,88 @@ class AuditEntrySerializer(serializers.Serializer[Any]):
     job_id = serializers.UUIDField(read_only=True, allow_null=True)
     queue = serializers.CharField(read_only=True, allow_null=True)
     details = ObjectField(read_only=True)
+
+
+# --- events, retry from a step --------------------------------------------------
+
+EVENT_KEY_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": EVENT_KEY_MAX_LENGTH,
+    "pattern": EVENT_KEY_PATTERN,
+}
+
+
+class StrictBody(serializers.Serializer[None]):
+    """A request body of these fields only: another key is a 400 naming it."""
+
+    #: What a body that is not a JSON object gets (as ``guards.check_empty_body``'s).
+    not_an_object = "must be a JSON object."
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        if data is None:  # DRF's own null check would come first, worded otherwise
+            raise serializers.ValidationError({"body": [self.not_an_object]})
+        return super().run_validation(data)
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"body": [self.not_an_object]})
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {name: ["is not a field of this request."] for name in unknown}
+                )
+        return super().to_internal_value(data)
+
+
+class EmitSerializer(StrictBody):
+    """``POST /api/events``' body: the key, and any JSON payload."""
+
+    key = StrictCharField(
+        schema=EVENT_KEY_SCHEMA,
+        help_text=(
+            "The event's key: letters, digits, _ - . and :, starting with a letter, a digit "
+            f"or _, at most {EVENT_KEY_MAX_LENGTH} characters."
+        ),
+    )
+    payload = AnyJSONField(
+        required=False,
+        allow_null=True,
+        help_text=(
+            "Any JSON value (absent: null), returned to the waiting handlers. No NUL "
+            "character in its strings (PostgreSQL's jsonb cannot store one)."
+        ),
+    )
+
+
+class EventSerializer(serializers.Serializer[Any]):
+    """An event, as stored: the first emit's payload."""
+
+    key = serializers.CharField(read_only=True)
+    payload = AnyJSONField(read_only=True, allow_null=True)
+    created_at = serializers.DateTimeField(read_only=True, help_text="When it was emitted.")
+    created = serializers.BooleanField(
+        read_only=True, help_text="This request created it (false: emitted before, same payload)."
+    )
+
+
+class EventConflictSerializer(ErrorSerializer):
+    key = serializers.CharField(help_text="The event's key, emitted before with another payload.")
+
+
+class RequeueSerializer(StrictBody):
+    """``POST /api/jobs/{id}/requeue``' body: ``{}``, or the step to retry from."""
+
+    not_an_object = "must be a JSON object: {} when there is nothing to say."
+
+    from_step = StrictCharField(
+        required=False,
+        schema={"type": "string", "minLength": 1, "maxLength": STEP_NAME_MAX_LENGTH},
+        help_text=(
+            "Retry from this step (one of the job's step names, as GET /api/jobs/{id} "
+            "lists them): its record and every later one are forgotten, so the next run "
+            "calls those steps again and replays the earlier ones. Absent: every record is "
+            "kept. A name the job has no record of: 400."
+        ),
+    )

@@ -10,7 +10,14 @@ from __future__ import annotations
 from django.urls import re_path
 from rest_framework.routers import SimpleRouter
 
-from .views import AuditViewSet, HealthView, JobViewSet, QueueViewSet, ScheduleViewSet
+from .views import (
+    AuditViewSet,
+    EventViewSet,
+    HealthView,
+    JobViewSet,
+    QueueViewSet,
+    ScheduleViewSet,
+)
 
 app_name = "durable_jobs_api"
 
@@ -20,6 +27,7 @@ router.register("jobs", JobViewSet, basename="job")
 router.register("schedules", ScheduleViewSet, basename="schedule")
 router.register("queues", QueueViewSet, basename="queue")
 router.register("audit", AuditViewSet, basename="audit")
+router.register("events", EventViewSet, basename="event")
 
 urlpatterns = [
     re_path(r"^health/?$", HealthView.as_view(), name="health"),

@@ -25,7 +25,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.viewsets import GenericViewSet
 
-from .. import audit, db, operations, pausing
+from .. import audit, db, events, operations, pausing, step_records
 from ..authorization import Actor, user_can_read
 from ..conf import API_MAX_PAGE_SIZE
 from ..enqueueing import enqueue
@@ -109,7 +109,7 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
     queryset = Job.objects.all()
     serializer_class = s.JobSummarySerializer
     pagination_class = JobCursorPagination
-    empty_body_actions = frozenset({"requeue", "cancel"})
+    empty_body_actions = frozenset({"cancel"})
     # Any segment reaches the view, so a malformed id is a JSON 404, not Django's page.
     lookup_value_regex = "[^/]+"
 
@@ -124,8 +124,12 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
         except ValueError:
             raise NotFound("No job with this id.") from None
 
-    def _answer(self, job: Job, code: int = http.HTTP_200_OK, **kwargs: Any) -> Response:
-        return Response(s.JobDetailSerializer(job).data, status=code, **kwargs)
+    def _answer(
+        self, job: Job, code: int = http.HTTP_200_OK, *, new: bool = False, **kwargs: Any
+    ) -> Response:
+        # A job just enqueued has no steps yet: its answer reads none.
+        context = {"steps": step_records.Steps([], False)} if new else {}
+        return Response(s.JobDetailSerializer(job, context=context).data, status=code, **kwargs)
 
     def filter_queryset(self, queryset: QuerySet[Job, _Row]) -> QuerySet[Job, _Row]:
         """``?status=``, ``?type=``, ``?queue=``: exact matches (``status`` uses its index).
@@ -207,7 +211,7 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
         if not reader:
             data = s.EnqueueReceiptSerializer(job).data
             return Response(data, status=code, headers={"Location": location})
-        return self._answer(job, code, headers={"Location": location})
+        return self._answer(job, code, new=result.created, headers={"Location": location})
 
     @extend_schema(
         summary="List jobs, newest first",
@@ -319,15 +323,36 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
         return self._answer(job)
 
     @extend_schema(
-        summary="Requeue a dead or cancelled job",
-        description="Back to pending, attempts 0, runnable now; the error history is kept.",
-        request=EmptyBodySerializer,
+        summary="Requeue a dead or cancelled job, or retry it from a step",
+        description=(
+            "Back to pending, attempts 0, runnable now; the error history is kept, and so "
+            "are its step records (the next run replays them). With `from_step`, a retry "
+            "from that step: its record and every later one are forgotten in the same "
+            "transaction (audit action retry_from_step). Both need durable_jobs.requeue_job."
+        ),
+        request=s.RequeueSerializer,
         parameters=[JOB_ID],
-        responses={200: s.JobDetailSerializer, **AUTH_ERRORS, **NOT_FOUND, **STATE_CONFLICT},
+        responses={
+            200: s.JobDetailSerializer,
+            400: OpenApiResponse(
+                s.ValidationErrorSerializer,
+                description="A bad body, or a from_step the job has no record of.",
+            ),
+            **AUTH_ERRORS,
+            **NOT_FOUND,
+            **STATE_CONFLICT,
+        },
     )
     @action(detail=True, methods=["post"])
     def requeue(self, request: Request, pk: str) -> Response:
-        return self._answer(operations.requeue(self._job_id(), actor=_actor(request)))
+        body = s.RequeueSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        job = operations.requeue(
+            self._job_id(),
+            from_step=body.validated_data.get("from_step"),
+            actor=_actor(request),
+        )
+        return self._answer(job)
 
     @extend_schema(
         summary="Cancel a pending or waiting job, or ask a running one to stop",
@@ -571,6 +596,67 @@ class AuditViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[AuditEntr
     def list(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+
+# Any: the answer is an EmitResult's event, with the created flag.
+class EventViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Any]):
+    """Emit events: ``POST /api/events``."""
+
+    permission_scope = "events"
+    serializer_class = s.EmitSerializer
+
+    def get_permissions(self) -> list[BasePermission]:
+        return [cls() for cls in permission_classes()]
+
+    @extend_schema(
+        operation_id="events_create",
+        summary="Emit an event (the first emit wins)",
+        description=(
+            "Emits the event `key` and wakes the jobs waiting for it in "
+            "ctx.wait_for_event(key): they become pending and runnable now. An event is "
+            "emitted once and kept: 201 for the first emit, 200 when the key's event exists "
+            "with the same payload (compared as JSON values; nothing is woken again), 409 "
+            "when it exists with another payload (the first emit never changes). Needs "
+            "durable_jobs.emit_event; a new event is recorded in the audit trail (action "
+            "emit). Keys a client sends at random may meet an event emitted before them: "
+            "409 then is an answer, not an error of the server."
+        ),
+        request=s.EmitSerializer,
+        responses={
+            201: OpenApiResponse(s.EventSerializer, description="A new event."),
+            200: OpenApiResponse(
+                s.EventSerializer, description="The key's event existed with this payload."
+            ),
+            400: OpenApiResponse(
+                s.ValidationErrorSerializer, description="A bad key or payload, or body."
+            ),
+            **AUTH_ERRORS,
+            409: OpenApiResponse(
+                s.EventConflictSerializer,
+                description="The key's event was emitted before with another payload.",
+            ),
+            413: OpenApiResponse(ERROR, description="Body over API_MAX_BODY_BYTES."),
+            415: OpenApiResponse(ERROR, description="Body is not application/json."),
+        },
+    )
+    def create(self, request: Request) -> Response:
+        body = s.EmitSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        result = events.emit_event(
+            body.validated_data["key"],
+            body.validated_data.get("payload"),
+            actor=_actor(request),
+        )
+        event = result.event
+        data = s.EventSerializer(
+            {
+                "key": event.key,
+                "payload": event.payload,
+                "created_at": event.created_at,
+                "created": result.created,
+            }
+        ).data
+        return Response(data, status=http.HTTP_201_CREATED if result.created else http.HTTP_200_OK)
 
 
 class HealthView(JSONErrorsMixin, APIView):

@@ -11,9 +11,12 @@ serve, each module with its SQL beside it (``<area>.sql``, loaded into
 - ``flow_control``: the limited queues' and the concurrency keys' claims,
   the pauses, what the limits hold back;
 - ``maintenance``: leases, the reaper, cancel polls, pruning;
+- ``events``: an event key's lock, its event, the wake-up of its waiters;
 - ``presence``: the workers table, the notification probe, queue depth and
   the per-minute counts;
-- ``listening``: the LISTEN loop the worker and ``wait()`` share.
+- ``listening``: the LISTEN loop the worker and ``wait()`` share;
+- ``steps``: durable steps' records, checkpoints and suspensions (fenced
+  by the lease token).
 
 Callers import from ``db`` itself (``db.claim(...)``). The JSON documents
 that carry a batch into one statement are built in those modules too. The
@@ -66,6 +69,7 @@ from .enqueue import (
     notify_queue_state,
     request_cancel,
 )
+from .events import InsertedEvent, insert_event, lock_event_key, wake_event_waiters
 from .flow_control import (
     LimitedClaim,
     claim_keyed,
@@ -91,6 +95,7 @@ from .presence import (
     queue_depth,
     queue_overview,
     send_probe,
+    suspended_jobs,
     upsert_worker,
 )
 from .queries import QUERIES
@@ -102,21 +107,39 @@ from .records import (
     QueueMinuteCounts,
     Transition,
 )
+from .steps import (
+    Fenced,
+    StepRecord,
+    add_event_waiter,
+    await_child,
+    child_state,
+    load_steps,
+    lock_job,
+    read_event,
+    record_step,
+    suspend_job,
+)
 
 __all__ = [
     "QUERIES",
     "ClaimedJob",
     "ExpiredLease",
+    "Fenced",
+    "InsertedEvent",
     "InsertedWithParents",
     "LimitedClaim",
     "Outcome",
     "PruneResult",
     "QueueCounts",
     "QueueMinuteCounts",
+    "StepRecord",
     "Transition",
     "active_queues",
+    "add_event_waiter",
     "add_queue_stats",
+    "await_child",
     "cancel_requests",
+    "child_state",
     "claim",
     "claim_keyed",
     "claim_limited",
@@ -126,6 +149,7 @@ __all__ = [
     "delete_worker",
     "extend_leases",
     "finished_channel",
+    "insert_event",
     "insert_jobs",
     "insert_jobs_with_parents",
     "jobs_held_by_keys",
@@ -133,6 +157,9 @@ __all__ = [
     "listen",
     "listen_alias",
     "listen_loop",
+    "load_steps",
+    "lock_event_key",
+    "lock_job",
     "next_available_at",
     "notify",
     "notify_finished",
@@ -143,14 +170,19 @@ __all__ = [
     "queue_depth",
     "queue_overview",
     "rate_window_starts",
+    "read_event",
     "reap",
     "record_outcomes",
     "record_outcomes_directly",
+    "record_step",
     "release_dependents",
     "request_cancel",
     "rewait_dependents",
     "send_probe",
+    "suspend_job",
+    "suspended_jobs",
     "upsert_worker",
+    "wake_event_waiters",
 ]
 
 

@@ -183,7 +183,7 @@ SELECT recorded.id, recorded.status, recorded.dependent_count
 FROM recorded CROSS JOIN finished_notified;
 
 -- release_dependents --
--- Release the children of jobs that an earlier statement of this transaction ended and locked: %(ids)s, with their new %(statuses)s (completed, dead or cancelled). Marks their edges resolved and, for each child still waiting: a completed parent (or a dead or cancelled one, when the child's on_parent_failure is 'run') takes one off its waiting_on, and at 0 the child becomes pending, available now (or at its own available_at, if later), and its queue is notified (delivered at commit); a dead or cancelled parent cancels a child whose on_parent_failure is 'cancel', with a reason naming the parent. Its snapshot is taken after the parents were locked, so it sees every child enqueued under them (an enqueue that comes later waits for the lock, then sees the parent finished). The children it cancels are NOTIFYed as finished at commit (_finished_notified), as record_outcomes does for the jobs it ends. Returns the children cancelled here, each with whether it has dependents of its own (those are the next level, for the next statement); one NULL row when there is none.
+-- Release the children of jobs that an earlier statement of this transaction ended and locked: %(ids)s, with their new %(statuses)s (completed, dead or cancelled). Marks their edges resolved and, for each child still waiting: a completed parent (or a dead or cancelled one, when the child's on_parent_failure is 'run' or the edge is an 'awaits' one, ctx.run_job's) takes one off its waiting_on, and at 0 the child becomes pending, available now (or at its own available_at, if later), and its queue is notified (delivered at commit); a dead or cancelled parent cancels a child whose on_parent_failure is 'cancel', with a reason naming the parent. Its snapshot is taken after the parents were locked, so it sees every child enqueued under them (an enqueue that comes later waits for the lock, then sees the parent finished). The children it cancels are NOTIFYed as finished at commit (_finished_notified), as record_outcomes does for the jobs it ends. Returns the children cancelled here, each with whether it has dependents of its own (those are the next level, for the next statement); one NULL row when there is none.
 WITH ended AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(statuses)s::text[]) AS f(id, status)
 ),
@@ -192,14 +192,17 @@ edges AS (
     SET resolved = true
     FROM ended
     WHERE edge.parent_id = ended.id AND NOT edge.resolved
-    RETURNING edge.child_id, edge.parent_id, ended.status AS parent_status
+    RETURNING edge.child_id, edge.parent_id, ended.status AS parent_status, edge.kind
 ),
 effects AS (
+    -- An 'awaits' edge (ctx.run_job: its child is the job that suspended to
+    -- wait for this one) never cancels: its end, whatever it is, wakes the
+    -- waiting job, whose handler reads it (ChildJobFailed).
     SELECT child_id,
         count(*) AS resolved,
-        count(*) FILTER (WHERE parent_status <> 'completed') AS failed,
+        count(*) FILTER (WHERE parent_status <> 'completed' AND kind <> 'awaits') AS failed,
         min(parent_id::text || ' ended ' || parent_status)
-            FILTER (WHERE parent_status <> 'completed') AS reason
+            FILTER (WHERE parent_status <> 'completed' AND kind <> 'awaits') AS reason
     FROM edges
     GROUP BY child_id
 ),
@@ -233,6 +236,14 @@ children AS (
         completed_at = CASE
             WHEN effects.failed > 0 AND child.on_parent_failure = 'cancel' THEN now()
             ELSE child.completed_at
+        END,
+        -- A job woken from ctx.run_job's wait waits for nothing now (NULL
+        -- stays NULL for the depends_on children, which never set it).
+        waiting_for = CASE
+            WHEN NOT (effects.failed > 0 AND child.on_parent_failure = 'cancel')
+                AND child.waiting_on <= effects.resolved
+            THEN NULL
+            ELSE child.waiting_for
         END,
         last_error = CASE
             WHEN effects.failed > 0 AND child.on_parent_failure = 'cancel'

@@ -68,6 +68,19 @@ unlinked AS (
     USING doomed
     WHERE edge.child_id = doomed.id OR edge.parent_id = doomed.id
 ),
+unstepped AS (
+    -- Their step records and event waits (ctx.step, ctx.wait_for_event):
+    -- the foreign keys would refuse the DELETE at commit too. Served by the
+    -- steps' (job_id, name) unique index and the waiters' primary key.
+    DELETE FROM durable_jobs_step AS step
+    USING doomed
+    WHERE step.job_id = doomed.id
+),
+unwaited AS (
+    DELETE FROM durable_jobs_event_waiter AS waiter
+    USING doomed
+    WHERE waiter.job_id = doomed.id
+),
 deleted AS (
     DELETE FROM durable_jobs_job AS job
     USING doomed

@@ -48,6 +48,15 @@ def queue_depth(using: str) -> list[tuple[str, str, int, float | None]]:
     ]
 
 
+def suspended_jobs(using: str) -> list[tuple[str, str, int]]:
+    """``(queue, reason, count)`` of the suspended jobs; reason: sleep, event or child."""
+    return [
+        (queue, reason, int(count))
+        for queue, reason, count in gateway._run_through_django(using, "suspended_jobs", {})
+        if reason is not None
+    ]
+
+
 def add_queue_stats(using: str, counts: Sequence[QueueMinuteCounts]) -> None:
     """Add ``counts`` to the per-minute rows of their queues, in one statement."""
     if not counts:

@@ -41,6 +41,21 @@ FROM durable_jobs_job
 WHERE status IN ('pending', 'running', 'waiting', 'dead')
 GROUP BY queue, status;
 
+-- suspended_jobs --
+-- For durable_jobs_suspended{queue,reason}: the suspended jobs (pending or waiting, with a waiting_for) per queue and reason: sleep ({"until"}), event ({"event"}), child ({"job"}). Reads the pending and waiting rows through the status index, as queue_depth does; jobs that use no steps have a NULL waiting_for, cheap to skip.
+SELECT queue,
+       CASE WHEN waiting_for ? 'until' THEN 'sleep'
+            WHEN waiting_for ? 'event' THEN 'event'
+            WHEN waiting_for ? 'job' THEN 'child'
+       END AS reason,
+       count(*)
+FROM durable_jobs_job
+WHERE status IN ('pending', 'waiting') AND waiting_for IS NOT NULL
+    -- A pending job already due (its sleep or its event deadline is over) is
+    -- runnable: its waiting_for stays until its next run's first step call.
+    AND NOT (status = 'pending' AND available_at <= now())
+GROUP BY 1, 2;
+
 -- add_queue_stats --
 -- A worker's heartbeat: add the outcomes it recorded since the last one to the per-minute counts of their queues (%(queues)s, %(minutes)s and the counts, one element per queue and minute), in one statement for all of them. Sorted by (queue, minute), so two workers adding to the same rows lock them in the same order and wait for each other instead of deadlocking. Returns how many rows were inserted or updated.
 WITH added AS (

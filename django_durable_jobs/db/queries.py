@@ -55,7 +55,15 @@ def parse_queries(text: str) -> dict[str, str]:
 
 
 #: The gateway's SQL files, one per area (see ``db/__init__.py``).
-SQL_FILES = ("enqueue.sql", "claims.sql", "flow_control.sql", "maintenance.sql", "presence.sql")
+SQL_FILES = (
+    "enqueue.sql",
+    "claims.sql",
+    "flow_control.sql",
+    "maintenance.sql",
+    "presence.sql",
+    "steps.sql",
+    "events.sql",
+)
 
 
 def _read(name: str) -> str:

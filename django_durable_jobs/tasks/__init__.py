@@ -23,7 +23,21 @@ modules:
   task's result.
 
 What users call is re-exported here: ``from django_durable_jobs.tasks
-import task_options, wait_result, await_result``.
+import task_options, wait_result, await_result, current_job``.
+
+Durable steps in a ``@task``: the Tasks API passes no context of ours, so
+``current_job()`` returns the running job's ``JobContext`` (set by the
+worker around each run, sync or async), with ``step``, ``sleep``,
+``wait_for_event``, ``run_job`` and their async twins, and the same
+guarantees as in a ``@job`` handler::
+
+    @task
+    def onboard(user_id: int) -> None:
+        ctx = current_job()
+        ctx.step("welcome", send_welcome, user_id)
+        ctx.wait_for_event(f"confirmed:{user_id}", timeout=86400)
+
+Outside a job run by a worker it raises ``RuntimeError``.
 
 ``django.tasks`` arrived in Django 6.0. This package, ``bridge``,
 ``limits``, ``options`` and ``waiting`` import on Django 5.2 too
@@ -42,6 +56,7 @@ import django
 TASKS_AVAILABLE = django.VERSION >= (6, 0)
 
 # After TASKS_AVAILABLE, which ``waiting`` reads from this package.
+from ..context import current_job  # noqa: E402
 from .options import TaskOptions, current_task_options, task_options  # noqa: E402
 from .waiting import await_result, wait_result  # noqa: E402
 
@@ -49,6 +64,7 @@ __all__ = [
     "TASKS_AVAILABLE",
     "TaskOptions",
     "await_result",
+    "current_job",
     "current_task_options",
     "task_options",
     "wait_result",

@@ -32,8 +32,12 @@ PAYLOAD_KEYS = frozenset({"args", "kwargs", "backend"})
 
 #: How our statuses read in Django's API. ``dead`` and ``cancelled`` both
 #: read as FAILED: Django has no other final state for "did not succeed".
+#: A task suspended by a durable step (``current_job().sleep``,
+#: ``wait_for_event``, ``run_job``: pending or waiting) reads as READY, as a
+#: task queued to run: it runs again when woken.
 STATUS_MAP: dict[str, TaskResultStatus] = {
     JobStatus.PENDING: TaskResultStatus.READY,
+    JobStatus.WAITING: TaskResultStatus.READY,
     JobStatus.RUNNING: TaskResultStatus.RUNNING,
     JobStatus.COMPLETED: TaskResultStatus.SUCCESSFUL,
     JobStatus.DEAD: TaskResultStatus.FAILED,

@@ -20,6 +20,11 @@ States, and who records the attempt's outcome in each::
                     of the grace period from RUNNING)──> RELEASED:
                                 the shutdown's release; a late outcome dropped
 
+    RUNNING ──returned, suspended──> SUSPENDED ──> (gone): the handler
+                                suspended the job (a durable sleep or wait)
+                                and wrote its new state itself: no outcome,
+                                no lease left to extend
+
 A cancel of the running job (``request_cancel``: a NOTIFY, or the
 maintenance thread's poll) sets the attempt's cancel flag and brings its
 deadline forward to the time limit's grace from now: a handler that
@@ -70,6 +75,9 @@ class State(enum.Enum):
     LEASE_LOST = "lease lost"
     #: Still running at the end of the shutdown's grace period: given back.
     RELEASED = "released"
+    #: The handler suspended the job (``Suspended``): its thread wrote the
+    #: job's new state and gave the lease back; nothing more to record.
+    SUSPENDED = "suspended"
 
 
 #: States in which the handler's own outcome is still the one to record.
@@ -91,11 +99,13 @@ class Attempt:
         "started",
         "state",
         "stuck",
+        "suspended",
         "task_stack",
         "thread_id",
         "thread_running",
         "timed_out_at",
         "timeout",
+        "wakes_at",
     )
 
     def __init__(self, job: ClaimedJob, group: SlotGroup | None) -> None:
@@ -125,6 +135,10 @@ class Attempt:
         self.outcome_unwritten = False
         self.timed_out_at: float | None = None
         self.stuck = False
+        #: Set by the handler's thread when it suspended the job: the reason
+        #: (sleep, event, child), and when the job falls due by itself.
+        self.suspended: str | None = None
+        self.wakes_at: datetime | None = None
 
     @property
     def token(self) -> uuid.UUID:
@@ -214,8 +228,12 @@ class AttemptTable:
             attempt.thread_running = False
             attempt.cancel.set()  # a stray reference to ctx sees the attempt is over
             if attempt.state in HANDLER_OWNS:
-                attempt.state = State.FINISHED
-                attempt.outcome_unwritten = True
+                if attempt.suspended is not None:
+                    # Written by the handler's thread (set on this thread, read here).
+                    attempt.state = State.SUSPENDED
+                else:
+                    attempt.state = State.FINISHED
+                    attempt.outcome_unwritten = True
             if attempt.holds_slot:
                 attempt.holds_slot = False
                 if attempt.group is not None:
@@ -269,8 +287,10 @@ class AttemptTable:
             if not attempt.thread_running:
                 return False  # the handler returned meanwhile
             attempt.timed_out_at = self.clock()
-            if attempt.state is not State.RUNNING:
-                return False  # released or lease lost: no longer ours to record
+            if attempt.state is not State.RUNNING or attempt.suspended is not None:
+                # Released or lease lost: no longer ours to record; or the
+                # handler has just suspended the job (its state is written).
+                return False
             attempt.state = State.TIMED_OUT
             attempt.outcome_unwritten = True
             return True
@@ -359,8 +379,12 @@ class AttemptTable:
         """
         wanted = set(job_ids)
         with self.lock:
+            # Not one whose handler has just suspended the job: its lease was
+            # given back by the suspension, not lost.
             lost = [
-                a for a in self._attempts.values() if a.job.id in wanted and a.state in HANDLER_OWNS
+                a
+                for a in self._attempts.values()
+                if a.job.id in wanted and a.state in HANDLER_OWNS and a.suspended is None
             ]
             for attempt in lost:
                 attempt.state = State.LEASE_LOST

@@ -50,7 +50,7 @@ from typing import Any, ParamSpec, TypeVar
 from asgiref.sync import AsyncToSync, SyncToAsync, ThreadSensitiveContext
 from django.db import connections
 
-from ..context import JobContext
+from ..context import JobContext, _current_job
 from ..exceptions import JobCancelled, JobTimeout
 from .attempts import Attempt
 from .stacks import coroutine_stack
@@ -177,6 +177,7 @@ class _Run:
     async def main(self) -> None:
         # The handler's thread-sensitive sync_to_async calls go to the slot
         # thread's executor (see the module docstring).
+        _current_job.set(self.ctx)  # the task's own context (start)
         try:
             if _CONTEXT_TAKES_EXECUTOR:
                 async with ThreadSensitiveContext(executor=self.executor):  # type: ignore[call-arg,unused-ignore]

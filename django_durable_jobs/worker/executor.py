@@ -17,12 +17,13 @@ from typing import Any, Protocol
 
 from django.db import close_old_connections
 
-from .. import hooks, tracing
+from .. import db, hooks, tracing
 from ..backoff import RetryPolicy
+from ..conf import jobs_settings
 from ..constants import MAX_DELAY_SECONDS
-from ..context import JobContext
+from ..context import JobContext, _current_job
 from ..db.records import ClaimedJob, Outcome, Transition
-from ..exceptions import Discard, JobCancelled, JobTimeout, Retry
+from ..exceptions import Discard, JobCancelled, JobTimeout, LeaseLost, Retry, Suspended
 from ..registry import Handler, registry
 from . import outcomes
 from .attempts import Attempt, State
@@ -69,8 +70,18 @@ def execute(
     policy: RetryPolicy,
     watchdog: AttemptStarter | None = None,
     event_loop: EventLoop | None = None,
+    *,
+    lease_seconds: float | None = None,
+    using: str | None = None,
 ) -> Outcome | None:
     """Run ``job``'s handler once; return the outcome to record.
+
+    None as well when the handler suspended the job (a durable sleep or
+    wait, ``Suspended``): the suspension wrote the job's new state itself,
+    and the attempt is marked ``suspended`` so that the attempt table lets
+    it go without an outcome. ``lease_seconds`` and ``using`` are what the
+    handler's durable steps need to extend the lease and reach the jobs'
+    database (defaults: ``LEASE_SECONDS``, the jobs' database).
 
     With a ``watchdog``, the attempt is begun with it before the handler
     starts (its time limit then counts from there) and the context carries
@@ -118,6 +129,11 @@ def execute(
         _deadline_monotonic=None if attempt is None else attempt.deadline,
         _cancel=None if attempt is None else attempt.cancel,
         _parent_count=job.parent_count,
+        _lease_token=job.lease_token,
+        _lease_seconds=float(
+            jobs_settings.LEASE_SECONDS if lease_seconds is None else lease_seconds
+        ),
+        _using=db.database_alias(using),
     )
     # One constant's test without OpenTelemetry (see tracing.py).
     traced = tracing.start_attempt(job, worker_id) if tracing.AVAILABLE else None
@@ -129,7 +145,10 @@ def execute(
     except BaseException as exc:
         traced.end(*_span_ending_by_error(job, exc), error=exc)
         raise
-    traced.end(*_span_ending(job, outcome, attempt))
+    if outcome is None:
+        traced.end("suspended", None)
+    else:
+        traced.end(*_span_ending(job, outcome, attempt))
     return outcome
 
 
@@ -143,8 +162,9 @@ def _run(
     event_loop: EventLoop | None,
     log_fields: dict[str, object],
     traced: tracing.AttemptSpan | None,
-) -> Outcome:
-    """The attempt, from its handler's call to the outcome (``execute``'s second half)."""
+) -> Outcome | None:
+    """The attempt, from its handler's call to the outcome (``execute``'s second half);
+    None when the handler suspended the job."""
     started = time.perf_counter()
     # Handlers that use the ORM get this thread's own connection; drop it if
     # it is broken or past CONN_MAX_AGE, as Django does before a request.
@@ -183,13 +203,30 @@ def _run(
         # limit, lost lease, end of the shutdown grace): the job was taken
         # first, so this outcome is dropped; the watchdog or the shutdown
         # logged and recorded what happened to the job. No "Job retry" line.
-        quiet = attempt is not None and attempt.cancel.is_set()
+        # Or a durable step found the lease taken over (LeaseLost): this
+        # outcome's write is fenced by the same token and will be refused.
+        quiet = (attempt is not None and attempt.cancel.is_set()) or isinstance(exc, LeaseLost)
         if quiet:
             logger.info(
                 "Handler of job %s type=%s stopped after the worker gave up on attempt %s: %s",
                 job.id, job.type, job.attempt, type(exc).__name__, extra=log_fields,
             )  # fmt: skip
         return _failed(job, worker_id, policy, exc, started, log_fields, quiet=quiet)
+    except Suspended as exc:
+        # Written and committed by the handler's thread (steps.py): nothing
+        # to record. The attempt table lets the attempt go (no outcome, no
+        # lease to extend) and the loop wakes when the job falls due.
+        if attempt is not None:
+            attempt.suspended = exc.reason
+            attempt.wakes_at = exc.wakes_at
+        duration = time.perf_counter() - started
+        logger.info(
+            "Job suspended id=%s type=%s attempt=%s/%s worker=%s duration=%.3f reason=%s%s",
+            job.id, job.type, job.attempt, job.max_attempts, worker_id, duration, exc.reason,
+            f" until={exc.wakes_at.isoformat()}" if exc.wakes_at is not None else "",
+            extra={**log_fields, "duration": duration, "reason": exc.reason},
+        )  # fmt: skip
+        return None
     except BaseException as exc:  # KeyboardInterrupt, SystemExit: not the job's failure
         logger.warning(
             "Handler raised %s id=%s type=%s attempt=%s worker=%s: giving the job back and "
@@ -249,7 +286,13 @@ def _call_handler(
         if event_loop is None:
             return run_once(func, ctx, attempt)
         return event_loop.run(func, ctx, attempt)
-    value = func(ctx)
+    # For code that gets no ctx (a Django task: tasks.current_job()); an
+    # async handler's task sets it in its own context (event_loop.py).
+    reset = _current_job.set(ctx)
+    try:
+        value = func(ctx)
+    finally:
+        _current_job.reset(reset)
     if inspect.iscoroutine(value):
         # Not awaited, the work would never be done and the job still count
         # as completed: a failed attempt that says why.

@@ -48,7 +48,11 @@ class SlotRunner:
         completer: Completer,
         stop_worker: Callable[[], None],
         slot_freed: Callable[[Attempt | None, float | None], None],
+        lease_seconds: float | None = None,
+        using: str | None = None,
     ) -> None:
+        self._lease_seconds = lease_seconds
+        self._using = using
         self._worker_id = worker_id
         self._policy = policy
         self._watchdog = watchdog
@@ -81,7 +85,15 @@ class SlotRunner:
         back here and ``settle`` drops it.
         """
         try:
-            return execute(job, self._worker_id, self._policy, self._watchdog, self._event_loop)
+            return execute(
+                job,
+                self._worker_id,
+                self._policy,
+                self._watchdog,
+                self._event_loop,
+                lease_seconds=self._lease_seconds,
+                using=self._using,
+            )
         except StopWorker as stop:
             self._stop_worker()
             return stop.outcome
@@ -103,7 +115,10 @@ def settle(
     """
     attempt = attempts.returned(job.lease_token)
     state = None if attempt is None else attempt.state
-    if outcome is None or state is None:
+    if attempt is not None and attempt.suspended is not None:
+        if metrics.ENABLED:
+            metrics.record_left(job)  # no longer in flight; counted at the suspension
+    elif outcome is None or state is None:
         pass  # never started (released or lease lost while waiting), or unknown
     elif state is State.FINISHED:
         if metrics.ENABLED:

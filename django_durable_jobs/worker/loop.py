@@ -20,6 +20,8 @@ import logging
 import threading
 import time
 import uuid
+from datetime import datetime
+from datetime import timezone as dt_timezone
 
 from django.db import DatabaseError, connections
 
@@ -147,6 +149,8 @@ class Worker:
             completer=self.completer,
             stop_worker=self.stop,
             slot_freed=self._slot_freed,
+            lease_seconds=config.lease_seconds,
+            using=config.alias,
         )
         # None when there is nothing to schedule: no thread at all.
         self.scheduler = (
@@ -369,6 +373,11 @@ class Worker:
             group = None if attempt is None else attempt.group
             if group is not None and duration is not None:
                 group.attempt_took(duration)
+            if attempt is not None and attempt.wakes_at is not None:
+                # A job this worker suspended falls due then (a sleep, a
+                # wait's deadline): claim at that time, not a poll later.
+                due = (attempt.wakes_at - datetime.now(dt_timezone.utc)).total_seconds()
+                self._retry_soon(time.monotonic() + max(0.0, due) + 0.005)
             if attempt is not None and self.planner.slot_freed(attempt.job.queue):
                 # A limited queue's job ended here: one of its slots is free
                 # now, so claim again as on a notification.

@@ -134,3 +134,78 @@ def serial(ctx: JobContext) -> dict[str, Any]:
     if seconds > 0:  # time.sleep(0) still gives up the GIL: a benchmark's cost, not the key's
         time.sleep(seconds)
     return {"key_slept": seconds}
+
+
+# -- durable steps (docs/guides: "Durable steps") ------------------------------------
+
+
+@job("example.checkout")
+def checkout(ctx: JobContext) -> dict[str, Any]:
+    """Charge, record, email: three steps, each done once per job.
+
+    Payload ``{"order": str, "pause": seconds (default 0), "fail_at": step}``:
+    ``pause`` sleeps (plain ``time.sleep``) after each step, so a worker can
+    be killed between them; ``fail_at`` makes that step raise. ``record`` is
+    atomic: its ``Receipt`` commits with the step's record, so a retry never
+    writes a second one. ``charge`` and ``email`` stand for calls outside the
+    database (at least once: a real one would pass an idempotency key made
+    of ``ctx.id`` and the step's name).
+    """
+    from .models import Receipt
+
+    order = str(ctx.payload["order"])
+    pause = float(ctx.payload.get("pause", 0))
+    fail_at = ctx.payload.get("fail_at")
+
+    def run(name: str, work: Any) -> Any:
+        def fn() -> Any:
+            if fail_at == name:
+                raise RuntimeError(f"step {name} failed (fail_at)")
+            return work()
+
+        value = ctx.step(name, fn, atomic=name == "record")
+        if pause:
+            time.sleep(pause)
+        return value
+
+    run("charge", lambda: {"charged": order, "key": f"{ctx.id}:charge"})
+    receipt = run("record", lambda: Receipt.objects.create(order=order).pk)
+    run("email", lambda: {"sent": order, "key": f"{ctx.id}:email"})
+    return {"order": order, "receipt": receipt}
+
+
+@job("example.nap")
+def nap(ctx: JobContext) -> dict[str, bool]:
+    """Sleeps ``payload["seconds"]`` without holding a slot (``ctx.sleep``)."""
+    ctx.sleep("nap", float(ctx.payload["seconds"]))
+    return {"woke": True}
+
+
+@job("example.wait_for_signup")
+def wait_for_signup(ctx: JobContext) -> dict[str, Any]:
+    """Waits for the event ``signup:<id>`` (``jobs emit signup:<id>``), up to ``timeout`` s."""
+    from django_durable_jobs import EventTimeout
+
+    timeout = ctx.payload.get("timeout")
+    try:
+        event = ctx.wait_for_event(
+            f"signup:{ctx.payload['id']}", timeout=None if timeout is None else float(timeout)
+        )
+    except EventTimeout:
+        return {"timed_out": True}
+    return {"event": event}
+
+
+@job("example.parent_of")
+def parent_of(ctx: JobContext) -> dict[str, Any]:
+    """Runs the job ``payload["child"]`` with ``payload["payload"]`` and returns its result."""
+    return {"child_result": ctx.run_job(ctx.payload["child"], ctx.payload.get("payload", {}))}
+
+
+@job("example.steps")
+def steps(ctx: JobContext) -> int:
+    """Runs ``payload["steps"]`` no-op durable steps (default 1): for benchmarks."""
+    count = int(ctx.payload.get("steps", 1))
+    for _ in range(count):
+        ctx.step("noop", int)
+    return count

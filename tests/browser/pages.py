@@ -183,6 +183,36 @@ class AdminPages:
         self.assert_no_alert()
         return self.messages()
 
+    def retry_from_step(self, job: Job, step: str) -> tuple[list[str], list[str]]:
+        """Retry ``job`` from ``step`` on its own page: the button, the step's select, "Yes".
+
+        The "Retry from step" button opens a confirmation page with a select
+        of the job's steps; its POST returns to the job's page with a message.
+        Returns the steps the select offered and the messages.
+        """
+        self.open_job(job)
+        button = self.wait_for(By.CSS_SELECTOR, "a.durable-jobs-retry-from-step")
+        button.click()
+        choice = Select(self.wait_for(By.ID, "id_from_step"))
+        self.assert_no_alert()
+        offered = [option.text for option in choice.options]
+        choice.select_by_value(step)
+        confirm = self.driver.find_element(By.CSS_SELECTOR, "#content-main form [type=submit]")
+        confirm.click()
+        WebDriverWait(self.driver, WAIT_SECONDS).until(gone(confirm))
+        self.wait_for_path(f"{JOBS}{job.pk}/change/")
+        self.wait_for(By.CSS_SELECTOR, "ul.messagelist")
+        self.assert_no_alert()
+        return offered, self.messages()
+
+    def steps_table(self) -> list[list[str]]:
+        """The open job page's steps table: each row's cells, as the page shows them."""
+        table = self.wait_for(By.CSS_SELECTOR, ".field-steps_display table.durable-jobs-steps")
+        return [
+            [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+            for row in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+        ]
+
     # -- the audit trail ----------------------------------------------------
 
     def history(self, job: Job) -> list[dict[str, str]]:

@@ -511,6 +511,7 @@ ENDPOINTS: dict[str, Endpoint] = {
     "queues": ("get", lambda p, d: "/api/queues", "view_job", 200),
     "pause": ("post", lambda p, d: "/api/queues/default/pause", "pause_queue", 200),
     "resume": ("post", lambda p, d: "/api/queues/default/resume", "pause_queue", 200),
+    "emit": ("post", lambda p, d: "/api/events", "emit_event", 201),
 }
 #: Permissions that do not grant the endpoint's: change_job (which once allowed every
 #: action) and another action's.
@@ -520,6 +521,7 @@ WRONG_PERMISSIONS = {
     "requeue_job": ("change_job", "cancel_job"),
     "cancel_job": ("change_job", "requeue_job"),
     "pause_queue": ("change_job", "run_job_now"),
+    "emit_event": ("change_job", "requeue_job"),
 }
 
 
@@ -528,6 +530,8 @@ def call(api: Api, endpoint: str) -> Any:
     pending, dead = make_echo_job(), make_echo_job(JobStatus.DEAD)
     url = path(pending, dead)
     if method == "post":
+        if endpoint == "emit":
+            return api.post(url, {"key": f"auth.{uuid.uuid4().hex}"})
         return api.post(url, job_body("auth") if endpoint == "enqueue" else None)
     return api.get(url)
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from django_durable_jobs.models import Job, JobStatus, QueueState
+from django_durable_jobs.models import Event, Job, JobStatus, QueueState
 from django_durable_jobs.pausing import pause_queue, paused_queues
 from tests.factories import Api, make_operator
 from tests.factories import basic_auth as basic
@@ -36,10 +36,10 @@ FORMS = {
 }
 
 
-def state() -> tuple[list[tuple[str, str]], list[str]]:
-    """What a call could change: every job's status, and the paused queues."""
+def state() -> tuple[list[tuple[str, str]], list[str], list[str]]:
+    """What a call could change: every job's status, the paused queues, the events."""
     jobs = sorted((str(pk), status) for pk, status in Job.objects.values_list("pk", "status"))
-    return jobs, sorted(paused_queues())
+    return jobs, sorted(paused_queues()), sorted(Event.objects.values_list("key", flat=True))
 
 
 def calls() -> dict[str, str]:
@@ -52,10 +52,11 @@ def calls() -> dict[str, str]:
         "pause": "/api/queues/default/pause",
         "resume": "/api/queues/parked/resume",
         "enqueue": "/api/jobs",
+        "emit": "/api/events",
     }
 
 
-CALLS = ["requeue", "cancel", "pause", "resume", "enqueue"]
+CALLS = ["requeue", "cancel", "pause", "resume", "enqueue", "emit"]
 
 
 def raw_post(path: str, content_type: str | None, body: str, **extra: Any) -> Any:
@@ -113,7 +114,7 @@ def test_the_form_is_refused_before_authentication() -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [{"from_step": "charge"}, [], "x", None, 1],
+    [{"later_option": "x"}, [], "x", None, 1],
     ids=["unknown-key", "list", "string", "null", "number"],
 )
 @pytest.mark.parametrize("call", ["requeue", "cancel", "resume"])
@@ -121,14 +122,17 @@ def test_a_call_without_options_refuses_a_body_that_is_not_an_empty_object(
     call: str, body: Any
 ) -> None:
     """A key is refused, not ignored: a client asking for an option this server
-    lacks (a later version's ``from_step``) learns so instead of a plain requeue."""
+    lacks (a later version's) learns so instead of a plain requeue. (Requeue
+    takes one option, ``from_step``.)"""
     staff = Api(make_operator("staff"))
     path = calls()[call]
     before = state()
     response = staff.post(path, json.dumps(body).encode())
     detail = assert_error(response, 400, "invalid")["detail"]
-    if isinstance(body, dict):
-        assert detail == {"from_step": ["is not an option of this call; send {}."]}
+    if isinstance(body, dict) and call == "requeue":
+        assert detail == {"later_option": ["is not a field of this request."]}
+    elif isinstance(body, dict):
+        assert detail == {"later_option": ["is not an option of this call; send {}."]}
     else:
         assert detail == {"body": ["must be a JSON object: {} when there is nothing to say."]}
     assert state() == before

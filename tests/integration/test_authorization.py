@@ -13,7 +13,8 @@ jobs --user``. For every (action, door):
   one audit entry: the action, the door, who, and the job or queue.
 
 The doors per action: REST has no "run now" and no bulk run; the CLI has
-no "run now"; bulk runs start from the admin's bulk view and ``--all``.
+no "run now"; bulk runs start from the admin's bulk view and ``--all``;
+emitting an event is REST's and the CLI's (the admin has no emit button).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from django.utils import timezone
 
 from django_durable_jobs import bulk
 from django_durable_jobs.authorization import os_login
-from django_durable_jobs.models import AuditEntry, Job, JobStatus, QueueState
+from django_durable_jobs.models import AuditEntry, Event, Job, JobStatus, JobStep, QueueState
 from tests.factories import OPERATOR_PERMISSIONS, Api, client_for, make_job, make_user
 
 pytestmark = pytest.mark.django_db
@@ -59,10 +60,39 @@ class Action:
     list_action: str | None = None
     rest: Callable[[Any], str] | None = None
     cli: Callable[[Any], list[str]] | None = None
+    #: The REST body and the admin button's form data ({} and none by default).
+    body: Callable[[Any], dict[str, Any]] | None = None
 
 
 def dead_job() -> Job:
     return make_job(status=JobStatus.DEAD, attempts=3)
+
+
+def dead_job_with_steps() -> Job:
+    job = dead_job()
+    now = timezone.now()
+    for position, name in enumerate(("charge", "record")):
+        JobStep.objects.create(
+            job=job, name=name, status="completed", attempt=1, position=position, started_at=now
+        )
+    return job
+
+
+def retried_from_record(job: Job) -> bool:
+    steps = list(JobStep.objects.filter(job=job).values_list("name", flat=True))
+    return status(job) == JobStatus.PENDING and steps == ["charge"]
+
+
+#: The key emit's cases emit (its audit entry names it).
+EVENT_KEY = "authz:1"
+
+
+def event_key() -> str:
+    return EVENT_KEY
+
+
+def emitted(key: str) -> bool:
+    return Event.objects.filter(pk=key).exists()
 
 
 def delayed_job() -> Job:
@@ -107,6 +137,25 @@ ACTIONS = {
         list_action="requeue_jobs",
         rest=lambda job: f"/api/jobs/{job.pk}/requeue",
         cli=lambda job: ["requeue", str(job.pk)],
+    ),
+    "retry_from_step": Action(
+        "retry_from_step",
+        "requeue_job",
+        dead_job_with_steps,
+        retried_from_record,
+        button="retry-from-step",
+        rest=lambda job: f"/api/jobs/{job.pk}/requeue",
+        cli=lambda job: ["requeue", str(job.pk), "--from-step", "record"],
+        body=lambda job: {"from_step": "record"},
+    ),
+    "emit": Action(
+        "emit",
+        "emit_event",
+        event_key,
+        emitted,
+        rest=lambda key: "/api/events",
+        cli=lambda key: ["emit", key, "--payload", "1"],
+        body=lambda key: {"key": key, "payload": 1},
     ),
     "cancel": Action(
         "cancel",
@@ -208,7 +257,8 @@ def through_admin_button(action: Action, user: User, target: Any) -> int:
         page = client.get(url)
         token = token_of(page.content.decode()) if page.status_code == 200 else uuid.uuid4().hex
         return client.post(url, {"token": token}).status_code
-    return client.post(f"{JOBS}{target.pk}/{action.button}/").status_code
+    data = action.body(target) if action.body is not None else {}
+    return client.post(f"{JOBS}{target.pk}/{action.button}/", data).status_code
 
 
 def through_admin_list(action: Action, user: User, target: Any) -> int:
@@ -227,7 +277,8 @@ def through_admin_list(action: Action, user: User, target: Any) -> int:
 
 def through_rest(action: Action, user: User, target: Any) -> int:
     assert action.rest is not None
-    return int(Api(user).post(action.rest(target), {}).status_code)
+    body = action.body(target) if action.body is not None else {}
+    return int(Api(user).post(action.rest(target), body).status_code)
 
 
 def through_cli(action: Action, user: User, target: Any) -> int:
@@ -256,7 +307,12 @@ THROUGH = {
     "rest": through_rest,
     "cli": through_cli,
 }
-SUCCESS = {"admin-button": (200, 302), "admin-list": (200, 302), "rest": (200,), "cli": (200,)}
+SUCCESS = {
+    "admin-button": (200, 302),
+    "admin-list": (200, 302),
+    "rest": (200, 201),
+    "cli": (200,),
+}
 DOOR_OF_ENTRY = {"admin-button": "admin", "admin-list": "admin", "rest": "rest", "cli": "cli"}
 
 
@@ -320,7 +376,11 @@ def test_with_the_permission_the_action_is_done_and_recorded_once(
         actor_name(user, door),
     )
     assert entry.user_pk == str(user.pk)
-    if isinstance(target, str):
+    if name == "emit":
+        assert (entry.queue, entry.job_id, entry.details) == (None, None, {"key": target})
+    elif name == "retry_from_step":
+        assert (entry.job_id, entry.details) == (target.pk, {"from_step": "record"})
+    elif isinstance(target, str):
         assert (entry.queue, entry.job_id) == (target, None)
     elif isinstance(target, Job):
         assert entry.job_id == target.pk

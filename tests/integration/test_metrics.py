@@ -33,6 +33,7 @@ from tests.factories import (
     expire,
     handler_threads,
     join_handler_threads,
+    make_job,
     reaper,
     wait_until,
 )
@@ -165,7 +166,30 @@ def test_scrapes_within_the_cache_window_query_once() -> None:
     with CaptureQueriesContext(connection) as queries:
         list(collector.collect())
         list(collector.collect())
-    assert len([q for q in queries if "durable_jobs_job" in q["sql"]]) == 1
+    # One reading: the depth's statement and the suspended jobs' one.
+    assert len([q for q in queries if "durable_jobs_job" in q["sql"]]) == 2
+
+
+@pytest.mark.usefixtures("fresh_depth")
+def test_suspended_jobs_by_reason_are_read_at_scrape_time(queue: str) -> None:
+    later = "2030-01-01T00:00:00+00:00"
+    for _ in range(2):
+        make_job(
+            queue=queue,
+            waiting_for={"until": later},
+            available_at=datetime(2030, 1, 1, tzinfo=dt_timezone.utc),
+        )
+    # Woken by time (due, its column not cleared yet): runnable, not suspended.
+    make_job(queue=queue, waiting_for={"until": "2026-01-01T00:00:00+00:00"})
+    make_job(queue=queue, status=JobStatus.WAITING, waiting_for={"event": "k"})
+    make_job(queue=queue, status=JobStatus.WAITING, waiting_for={"job": str(uuid.uuid4())})
+    # Not suspended: running (its waiting_for is stale), or plain pending.
+    make_job(queue=queue, status=JobStatus.RUNNING, waiting_for={"until": later})
+    make_job(queue=queue)
+    s = scrape()
+    assert value(s, "durable_jobs_suspended", queue=queue, reason="sleep") == 2
+    assert value(s, "durable_jobs_suspended", queue=queue, reason="event") == 1
+    assert value(s, "durable_jobs_suspended", queue=queue, reason="child") == 1
 
 
 # -- schedules: last and next tick -------------------------------------------------

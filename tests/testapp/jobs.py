@@ -417,3 +417,109 @@ async def atraced(ctx: JobContext) -> dict[str, str]:
         if ctx.attempt < int(ctx.payload.get("succeed_on", 1)):
             raise ValueError(f"async attempt {ctx.attempt} fails")
     return seen
+
+
+# -- durable steps (issue 24): tests/e2e/test_durable_steps.py, tests/chaos -----
+
+
+def _step_run(ctx: JobContext, step: str, active: int | None = None) -> dict[str, Any]:
+    from .models import StepRun
+
+    StepRun.objects.create(
+        job_id=ctx.id, step=step, attempt=ctx.attempt, worker=ctx.worker_id, active=active
+    )
+    return {"step": step, "attempt": ctx.attempt}
+
+
+@job("tests.three_steps", max_attempts=25)
+def three_steps(ctx: JobContext) -> dict[str, Any]:
+    """Steps ``one``, ``two``, ``three``, each writing a ``StepRun`` row in its function.
+
+    Between ``two`` and ``three`` it sleeps ``payload["pause"]`` seconds
+    (plain ``time.sleep``, default 0) on its first attempt only: the window
+    in which the e2e test SIGKILLs its worker. A later attempt replays
+    ``one`` and ``two`` from their records and runs ``three``.
+    """
+    first = ctx.step("one", _step_run, ctx, "one")
+    second = ctx.step("two", _step_run, ctx, "two")
+    pause = float(ctx.payload.get("pause", 0))
+    if pause and ctx.attempt == 1:
+        time.sleep(pause)
+    third = ctx.step("three", _step_run, ctx, "three")
+    return {"one": first["attempt"], "two": second["attempt"], "three": third["attempt"]}
+
+
+@job("tests.atomic_steps", max_attempts=50)
+def atomic_steps(ctx: JobContext) -> dict[str, Any]:
+    """An ``atomic=True`` step writing a ``StepRun`` row (the chaos suite counts them).
+
+    Sleeps ``payload["sleep"]`` seconds inside the atomic step (the
+    transaction stays open meanwhile: a SIGKILL or a terminated backend
+    there rolls the row back with the record) and again after it.
+    """
+    Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+    seconds = float(ctx.payload.get("sleep", 0))
+
+    def write() -> dict[str, Any]:
+        row = _step_run(ctx, "write")
+        if seconds:
+            time.sleep(seconds)
+        return row
+
+    written = ctx.step("write", write, atomic=True)
+    if seconds:
+        time.sleep(seconds)
+    return {"written_on": written["attempt"]}
+
+
+_sleepers = [0]  # tests.step_sleeper handlers running now in this process
+
+
+@job("tests.step_sleeper")
+def step_sleeper(ctx: JobContext) -> dict[str, Any]:
+    """A step, then ``ctx.sleep("nap", payload["seconds"])``, then another step.
+
+    Each step's row records how many of these handlers the process was
+    running as it ran (``StepRun.active``): what holds a slot, unlike the
+    jobs the worker claimed ahead (``running`` in the table, not started).
+    """
+    with _concurrent_lock:
+        _sleepers[0] += 1
+    try:
+        ctx.step("before", lambda: _step_run(ctx, "before", _sleepers[0]))
+        ctx.sleep("nap", float(ctx.payload.get("seconds", 1)))
+        ctx.step("after", lambda: _step_run(ctx, "after", _sleepers[0]))
+        return {"woke": True}
+    finally:
+        with _concurrent_lock:
+            _sleepers[0] -= 1
+
+
+@job("tests.step_waiter")
+def step_waiter(ctx: JobContext) -> dict[str, Any]:
+    """Waits for the event ``payload["key"]`` (timeout ``payload.get("timeout")``)."""
+    from django_durable_jobs import EventTimeout
+
+    ctx.step("before", _step_run, ctx, "before")
+    try:
+        event = ctx.wait_for_event(ctx.payload["key"], timeout=ctx.payload.get("timeout"))
+    except EventTimeout:
+        return {"timed_out": True}
+    ctx.step("after", _step_run, ctx, "after")
+    return {"event": event}
+
+
+@job("tests.step_parent")
+def step_parent(ctx: JobContext) -> dict[str, Any]:
+    """Runs ``payload["child"]`` with ``payload["payload"]`` as a child job; returns its result."""
+    from django_durable_jobs import ChildJobFailed
+
+    try:
+        result = ctx.run_job(ctx.payload["child"], ctx.payload.get("payload") or {})
+    except ChildJobFailed as exc:
+        return {"child_failed": str(exc)}
+    return {"child_result": result}
+
+
+# Durable steps (tests/integration/test_steps*.py).
+from . import step_jobs as step_jobs  # noqa: E402

@@ -114,3 +114,21 @@ def traced() -> dict[str, str]:
 
     context = trace.get_current_span().get_span_context()
     return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
+
+
+@task
+def stepped(label: str) -> dict[str, Any]:
+    """Durable steps in a task (tests/integration/test_steps_tasks.py)."""
+    from django_durable_jobs.tasks import current_job
+
+    from .models import StepCall
+
+    ctx = current_job()
+
+    def first() -> str:
+        StepCall.objects.create(job_id=ctx.id, name="first", attempt=ctx.attempt)
+        return label
+
+    value = ctx.step("first", first)
+    payload = ctx.wait_for_event(f"task:{label}")
+    return {"first": value, "event": payload}

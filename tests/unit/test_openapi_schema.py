@@ -34,6 +34,7 @@ def test_committed_schema_describes_every_endpoint() -> None:
         "/api/queues/:",
         "/api/queues/{name}/pause/:",
         "/api/queues/{name}/resume/:",
+        "/api/events/:",
         "/api/health/:",
     ):
         assert f"\n  {path}\n" in text, path

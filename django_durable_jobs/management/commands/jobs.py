@@ -1,7 +1,8 @@
 """``manage.py jobs``: inspect and act on the queue without writing SQL.
 
 A thin shell: it parses and checks input, then calls ``operations`` (requeue,
-cancel), ``bulk`` (``--all``), ``pausing`` (pause, resume), ``pruning`` and ``api.stats``, the same
+cancel, retry from a step), ``bulk`` (``--all``), ``pausing`` (pause, resume),
+``events`` (emit), ``pruning`` and ``api.stats``, the same
 code as the admin and the REST API. Every subcommand takes ``--json`` for scripts. Bad input raises
 ``CommandError`` (exit status 1) rather than an argparse error (status 2), so
 that a script sees one failure code whatever was wrong.
@@ -27,7 +28,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ... import audit, bulk, db, operations, pausing, pruning
+from ... import audit, bulk, db, events, operations, pausing, pruning, step_records
 from ...api.stats import job_stats, queue_overview
 from ...authorization import (
     AUDIT_READ_PERMISSION,
@@ -37,7 +38,7 @@ from ...authorization import (
 )
 from ...conf import jobs_settings
 from ...durations import format_duration, parse_duration
-from ...exceptions import InvalidPause
+from ...exceptions import EventConflict, InvalidEvent, InvalidPause
 from ...flow import describe_limits
 from ...held_back import describe_held_back
 from ...models import AuditAction, Job, JobStatus, QueueState
@@ -64,7 +65,9 @@ OPERATOR_SUBCOMMANDS = {
     "cancel": "cancel",
     "pause": "pause",
     "resume": "resume",
+    "emit": "emit",
 }
+STEP_COLUMNS = ("name", "kind", "status", "attempt", "started_at", "duration", "result/error")
 #: The environment variable that names the Django user, as ``--user`` does.
 USER_ENV = "DURABLE_JOBS_USER"
 
@@ -142,6 +145,7 @@ def job_summary(job: Job) -> dict[str, Any]:
 
 
 def job_detail(job: Job) -> dict[str, Any]:
+    steps = step_records.job_steps(job)
     return {
         **job_summary(job),
         "idempotency_key": job.idempotency_key,
@@ -159,7 +163,29 @@ def job_detail(job: Job) -> dict[str, Any]:
         "last_error": job.last_error,
         "errors": job.errors,
         "result": job.result,
+        "waiting_for": step_records.waiting_for(job),
+        "steps": [step_records.step_as_dict(step) for step in steps.rows],
+        "steps_truncated": steps.truncated,
     }
+
+
+def _step_row(step: dict[str, Any]) -> list[Any]:
+    started, finished = parse_datetime(step["started_at"] or ""), None
+    if step["finished_at"]:
+        finished = parse_datetime(step["finished_at"])
+    duration = f"{(finished - started).total_seconds():.3f}s" if started and finished else "-"
+    outcome = step["error"] or f"{step['result_bytes']} bytes"
+    # The first line of an error: a cell stays on its line (the rest is in --json).
+    first_line = outcome.splitlines()[0] if outcome else ""
+    return [
+        step["name"],
+        step["kind"],
+        step["status"],
+        step["attempt"],
+        step["started_at"],
+        duration,
+        first_line,
+    ]
 
 
 def _parse_time(text: str, option: str = "--until") -> datetime:
@@ -256,7 +282,7 @@ def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> str:
 class Command(BaseCommand):
     help = (
         "Inspect and manage durable jobs: stats, list, show, requeue, cancel, prune, "
-        "schedules, pause, resume, audit."
+        "schedules, pause, resume, emit, audit."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -295,11 +321,23 @@ class Command(BaseCommand):
             help=f"How many jobs to show, at most {MAX_LIMIT} (default: %(default)s).",
         )
 
-        show = add("show", "Everything about one job, its error history included.")
+        show = add(
+            "show",
+            "Everything about one job, its error history, steps and what it waits for included.",
+        )
         show.add_argument("id", help="The job's id.")
 
         requeue = add("requeue", "Put dead or cancelled jobs back to pending, attempts reset.")
         requeue.add_argument("ids", nargs="*", metavar="ID", help="Ids of the jobs to requeue.")
+        requeue.add_argument(
+            "--from-step",
+            metavar="NAME",
+            help=(
+                "Retry one job from this step (a name `jobs show` lists): its record and "
+                "every later one are forgotten, so the next run calls those steps again "
+                "(default: keep every record)."
+            ),
+        )
         requeue.add_argument(
             "--all-dead",
             action="store_true",
@@ -356,6 +394,18 @@ class Command(BaseCommand):
 
         resume = add("resume", "Let workers claim a paused queue's jobs again, at once.")
         resume.add_argument("queue", metavar="QUEUE", help="The queue to resume.")
+
+        emit = add(
+            "emit",
+            "Emit an event: wake the jobs waiting for its key. The first emit wins: the same "
+            "payload again changes nothing, another one is an error.",
+        )
+        emit.add_argument("key", metavar="KEY", help="The event's key (letters, digits, _ - . :).")
+        emit.add_argument(
+            "--payload",
+            metavar="JSON",
+            help="The event's payload, any JSON value (default: null).",
+        )
 
         trail = add(
             "audit",
@@ -498,7 +548,19 @@ class Command(BaseCommand):
         detail = job_detail(job)
         lines = []
         for key, value in detail.items():
-            if key in ("payload", "result", "errors"):
+            if key == "steps_truncated":
+                continue
+            if key == "steps":
+                if not value:
+                    lines.append("steps: -")
+                    continue
+                more = " (the first ones; more exist)" if detail["steps_truncated"] else ""
+                lines.append(f"steps: {len(value)}{more}")
+                lines.append(table((_step_row(step) for step in value), STEP_COLUMNS))
+                continue
+            if key == "waiting_for":
+                shown = printable(step_records.describe_waiting_for(value) or "-")
+            elif key in ("payload", "result", "errors"):
                 # JSON escapes control characters in its strings already.
                 shown = printable(json.dumps(value, indent=2, default=str), lines=True)
             elif key in ("depends_on", "dependents"):
@@ -532,11 +594,30 @@ class Command(BaseCommand):
         return data, text
 
     def handle_requeue(self, options: dict[str, Any]) -> tuple[Any, str]:
+        if options["from_step"] is not None:
+            return self._retry_from_step(options)
         if options["all"] or options["all_dead"]:
             return self._bulk("requeue", options)
         ids = self._ids(options, "requeue")
         result = operations.requeue_many(ids, actor=self.actor)
         return self._bulk_report("requeued", result, "dead or cancelled")
+
+    def _retry_from_step(self, options: dict[str, Any]) -> tuple[Any, str]:
+        if options["all"] or options["all_dead"]:
+            raise CommandError("--from-step retries one job: give its id, not --all", returncode=1)
+        ids = self._ids(options, "requeue")
+        if len(ids) != 1:
+            raise CommandError("--from-step retries one job: give one id", returncode=1)
+        (job_id,) = ids
+        step = options["from_step"]
+        try:
+            job = operations.requeue(job_id, from_step=step, actor=self.actor)
+        except operations.UnknownStep as exc:
+            raise CommandError(f"--from-step: {printable(exc)}", returncode=1) from None
+        except operations.JobStateError as exc:
+            raise CommandError(str(exc), returncode=1) from None
+        data = {"requeued": 1, "ids": [str(job.pk)], "from_step": step}
+        return data, f"Job {job.pk} requeued, from step {printable(step)}."
 
     def _ids(self, options: dict[str, Any], operation: str) -> list[uuid.UUID]:
         """The ids given, with no bulk option beside them; each must exist."""
@@ -754,6 +835,33 @@ class Command(BaseCommand):
             AUDIT_COLUMNS,
         )
         return rows, f"{text}\n({len(rows)} entr{'ies' if len(rows) != 1 else 'y'})"
+
+    def handle_emit(self, options: dict[str, Any]) -> tuple[Any, str]:
+        payload: Any = None
+        if options["payload"] is not None:
+            try:
+                payload = json.loads(options["payload"])
+            except ValueError as exc:
+                raise CommandError(f"--payload: not JSON: {exc}", returncode=1) from None
+        try:
+            result = events.emit_event(options["key"], payload, actor=self.actor)
+        except InvalidEvent as exc:
+            where = "KEY" if exc.field == "key" else "--payload"
+            raise CommandError(f"{where}: {printable(exc.message)}", returncode=1) from None
+        except EventConflict as exc:
+            raise CommandError(printable(exc), returncode=1) from None
+        event = result.event
+        data = {
+            "key": event.key,
+            "payload": event.payload,
+            "created_at": _iso(event.created_at),
+            "created": result.created,
+        }
+        if result.created:
+            text = f"Event {printable(event.key)} emitted."
+        else:
+            text = f"Event {printable(event.key)} was emitted before with this payload: unchanged."
+        return data, text
 
     @staticmethod
     def _queue_state(change: Callable[[], QueueState], option: str) -> QueueState:

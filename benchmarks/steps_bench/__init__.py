@@ -1,0 +1,1 @@
+"""Handlers of ``benchmarks/steps.py`` (an app of the benchmark's settings only)."""
