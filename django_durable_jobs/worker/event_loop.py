@@ -208,8 +208,19 @@ class _Run:
         self.task = contextvars.Context().run(
             loop.create_task, self.main(), name=f"{self.ctx.type} {self.ctx.id}"
         )
+        self.task.add_done_callback(self._task_done)
         if self.cancelled_by_worker:
             self.task.cancel()
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        """A task cancelled before its first step never enters ``main`` (so never reaches
+        its ``finally``): end the run here, or the slot thread would wait for ever. That
+        happens when the worker gives up on the attempt (a cancel, a time limit) between
+        ``start`` and the task's first step, on a busy loop."""
+        if not self.ended:
+            if self.error is None and task.cancelled():
+                self.error = asyncio.CancelledError()
+            self._end()
 
     def cancel(self) -> None:
         if self.cancelled_by_worker:

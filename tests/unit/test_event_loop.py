@@ -190,6 +190,39 @@ def test_a_give_up_cancels_the_task_and_the_reason_is_raised(
     assert seen == ["cancelled"]
 
 
+@pytest.mark.parametrize(
+    ("requested", "expected"), [(False, JobTimeout), (True, JobCancelled)], ids=["limit", "cancel"]
+)
+def test_a_give_up_before_the_task_s_first_step_ends_the_run(
+    loop: EventLoop, requested: bool, expected: type[Exception]
+) -> None:
+    """Given up before ``run`` (so the cancel lands between the task's creation and its
+    first step): the coroutine never starts, and the run still ends with the reason."""
+    held = attempt()
+    started: list[bool] = []
+
+    async def never_started(ctx: JobContext) -> None:
+        started.append(True)
+
+    if requested:
+        held.cancel.request_cancel()
+    held.cancel.set()
+    raised: list[BaseException] = []
+
+    def slot_thread() -> None:
+        try:
+            loop.run(never_started, context(held.cancel, timeout=0.1), held)
+        except BaseException as exc:  # noqa: BLE001 (the test reads it below)
+            raised.append(exc)
+
+    thread = threading.Thread(target=slot_thread, daemon=True)
+    thread.start()
+    thread.join(WAIT_SECONDS)
+    assert not thread.is_alive(), "the slot thread still waits for a task that never started"
+    assert started == []
+    assert len(raised) == 1 and isinstance(raised[0], expected), raised
+
+
 def test_a_cancelled_error_not_from_the_worker_is_a_failure(loop: EventLoop) -> None:
     async def cancels_itself(ctx: JobContext) -> None:
         raise asyncio.CancelledError()
