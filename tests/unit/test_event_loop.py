@@ -212,7 +212,7 @@ def test_a_give_up_before_the_task_s_first_step_ends_the_run(
     def slot_thread() -> None:
         try:
             loop.run(never_started, context(held.cancel, timeout=0.1), held)
-        except BaseException as exc:  # noqa: BLE001 (the test reads it below)
+        except BaseException as exc:
             raised.append(exc)
 
     thread = threading.Thread(target=slot_thread, daemon=True)
