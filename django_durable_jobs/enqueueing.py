@@ -413,6 +413,7 @@ def _job_from_spec(
         waiting_on,
         0,  # dependent_count
         None if trace_context is None else json.loads(trace_context),
+        None,  # waiting_for
     )
     job._state.adding = False
     job._state.db = alias

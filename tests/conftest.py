@@ -121,22 +121,3 @@ def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("TEST_FLUSH") != "truncate":
         reset.install()
 
-
-#: Tiers whose tests run real worker processes (each with its own connections and CPU):
-#: under pytest-xdist's ``--dist loadgroup`` they share one xdist worker, one test at a
-#: time, while the other workers take the rest of the suite.
-PROCESS_TIERS = ("e2e",)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put the process tiers' tests in one xdist group (``--dist loadgroup``; a no-op else).
-
-    The in-process tiers mostly wait (on a worker thread, a NOTIFY, a lease), so CI
-    runs them in more xdist processes than the machine has cores; the e2e tier's tests
-    each start several worker processes with their own connections, so they take their
-    turn in one process: the database's connection limit and the CPU stay bounded.
-    """
-    for item in items:
-        parts = item.nodeid.split("/")
-        if len(parts) > 2 and parts[0] == "tests" and parts[1] in PROCESS_TIERS:
-            item.add_marker(pytest.mark.xdist_group(name="processes"))

@@ -6,10 +6,16 @@ Handlers: ``tests/testapp/jobs.py`` (``tests.three_steps``, ``tests.step_sleeper
 (a step replayed from its record writes none). Assertions are on states,
 counts and order, never on durations: waits are for the event needed, with
 generous timeouts.
+
+Sizes: the issue's (200 killed three-step jobs, 2,000 sleepers, 500 parents) with
+``E2E=long ./dev test tests/e2e/test_durable_steps.py``; CI's default run uses a
+quarter of them (the same code paths, the same assertions), as the chaos suite's
+short mode does: at full size these tests took eight of CI's ten minutes.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 import uuid
@@ -26,6 +32,14 @@ from tests.testapp.models import StepRun
 from .helpers import Workers, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+#: The issue's sizes with E2E=long, else CI's (see the module docstring).
+LONG = os.environ.get("E2E") == "long"
+
+
+def size(short: int, long: int) -> int:
+    return long if LONG else short
+
 
 #: A worker of one slot: the job it runs is the only one it has started.
 ONE_SLOT = ("--concurrency", "1", "--lease-seconds", "2", "--poll-interval", "0.2")
@@ -44,7 +58,7 @@ def _suspended() -> Q:
 
 
 def test_sigkills_after_step_two_rerun_only_step_three(workers: Workers) -> None:
-    """200 jobs over 3 workers, workers SIGKILLed while a job sits between ``two`` and ``three``.
+    """200 jobs (CI: 50) over 3 workers, SIGKILLed while a job sits between ``two`` and ``three``.
 
     One slot a worker: the job in its pause (``two``'s record committed,
     ``three`` not run) is the only one its worker has started, so a kill then
@@ -52,7 +66,7 @@ def test_sigkills_after_step_two_rerun_only_step_three(workers: Workers) -> None
     claimed ahead have not started; the pause is long beside the time from
     the look to the kill). Killed workers are replaced.
     """
-    total = 200
+    total = size(50, 200)
     ids = [
         r.job.pk
         for r in enqueue_many(
@@ -82,7 +96,7 @@ def test_sigkills_after_step_two_rerun_only_step_three(workers: Workers) -> None
             pid = int(holder.split(":")[-2]) if holder else 0
             if pid in procs and procs[pid].poll() is None:
                 victims[pid] = pk
-        if victims and kills < 60:
+        if victims and kills < size(15, 60):
             pid, pk = next(iter(victims.items()))
             procs[pid].send_signal(signal.SIGKILL)
             assert procs.pop(pid).wait(30) == -signal.SIGKILL
@@ -98,7 +112,7 @@ def test_sigkills_after_step_two_rerun_only_step_three(workers: Workers) -> None
         assert proc.wait(60) == 0, workers.output()[-5000:]
 
     print(f"kills={kills} killed_in_pause={len(killed_in_pause)}")  # noqa: T201  (shown with -s)
-    assert kills >= 20, kills
+    assert kills >= size(5, 20), kills
     one, two, three = _runs("one"), _runs("two"), _runs("three")
     assert set(one) == set(two) == set(three) == set(ids)
     assert set(one.values()) == {1}, [pk for pk, n in one.items() if n != 1]
@@ -115,7 +129,7 @@ def test_sigkills_after_step_two_rerun_only_step_three(workers: Workers) -> None
 
 
 def test_2000_sleepers_on_two_slots_hold_neither_slots_nor_connections(workers: Workers) -> None:
-    total = 2_000
+    total = size(500, 2_000)
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_database(), pg_backend_pid()")
         database, own_pid = cursor.fetchone()
@@ -162,7 +176,7 @@ def test_2000_sleepers_on_two_slots_hold_neither_slots_nor_connections(workers: 
         f"most_claimed={most_running} backends usual={usual} most={most_backends}"
     )
     print(shown)  # noqa: T201  (shown with -s)
-    assert most_suspended >= 200, most_suspended
+    assert most_suspended >= total // 10, most_suspended
     assert most_active <= 2, most_active
     # Claimed, started or not: the slots and the claim-ahead buffer, never the sleepers.
     assert most_running < 20, most_running
@@ -240,6 +254,7 @@ def test_jobs_emit_command_wakes_a_waiter(workers: Workers, manage) -> None:  # 
 def test_500_parents_on_two_slots_finish_and_a_dead_child_fails_its_parent(
     workers: Workers,
 ) -> None:
+    total = size(125, 500)
     parents = [
         r.job.pk
         for r in enqueue_many(
@@ -248,14 +263,14 @@ def test_500_parents_on_two_slots_finish_and_a_dead_child_fails_its_parent(
                     "type": "tests.step_parent",
                     "payload": {"child": "tests.record", "payload": {"i": i}},
                 }
-                for i in range(500)
+                for i in range(total)
             ]
         )
     ]
     doomed = enqueue("tests.step_parent", {"child": "tests.discard"}).job
     proc = workers.start("--concurrency", "2", "--poll-interval", "0.2")
     deadline = time.monotonic() + 900
-    while _done(parents) < 500 or Job.objects.get(pk=doomed.pk).status != JobStatus.COMPLETED:
+    while _done(parents) < total or Job.objects.get(pk=doomed.pk).status != JobStatus.COMPLETED:
         assert time.monotonic() < deadline, (
             Counter(Job.objects.values_list("status", flat=True)),
             workers.output()[-5000:],
@@ -265,9 +280,10 @@ def test_500_parents_on_two_slots_finish_and_a_dead_child_fails_its_parent(
     assert proc.wait(60) == 0, workers.output()[-5000:]
     rows = Job.objects.filter(pk__in=parents)
     assert all(r == {"child_result": {"attempt": 1}} for r in rows.values_list("result", flat=True))
-    assert rows.filter(attempts=1).count() == 500
+    assert rows.filter(attempts=1).count() == total
     children = Job.objects.filter(type="tests.record")
-    assert children.count() == 500 and children.filter(status=JobStatus.COMPLETED).count() == 500
+    assert children.count() == total
+    assert children.filter(status=JobStatus.COMPLETED).count() == total
     doomed.refresh_from_db()
     assert "child_failed" in doomed.result, doomed.result
     assert Job.objects.get(type="tests.discard").status == JobStatus.DEAD

@@ -51,7 +51,7 @@ def test_positional_construction_matches_the_field_order() -> None:
         "started_at", "completed_at", "last_error", "errors", "result",
         "lease_holder", "lease_expires_at", "lease_token", "timeout", "concurrency_key",
         "cancel_requested_at", "on_parent_failure", "parent_count", "waiting_on",
-        "dependent_count", "trace_context",
+        "dependent_count", "trace_context", "waiting_for",
     ]  # fmt: skip
 
 
