@@ -120,4 +120,3 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if os.environ.get("TEST_FLUSH") != "truncate":
         reset.install()
-
