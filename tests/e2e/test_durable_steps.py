@@ -27,6 +27,7 @@ from django.db.models import Count, Q
 
 from django_durable_jobs import emit_event, enqueue, enqueue_many, operations
 from django_durable_jobs.models import Job, JobStatus, StepStatus
+from django_durable_jobs.worker.pool import CLAIM_AHEAD_LIMIT
 from tests.testapp.models import StepRun
 
 from .helpers import Workers, wait_for
@@ -178,8 +179,9 @@ def test_2000_sleepers_on_two_slots_hold_neither_slots_nor_connections(workers: 
     print(shown)  # noqa: T201  (shown with -s)
     assert most_suspended >= total // 10, most_suspended
     assert most_active <= 2, most_active
-    # Claimed, started or not: the slots and the claim-ahead buffer, never the sleepers.
-    assert most_running < 20, most_running
+    # Claimed, started or not: the slots and the claim-ahead buffer (its bound, since a
+    # sleeper's run is short: 24 were seen), never the sleepers themselves.
+    assert most_running <= 2 + CLAIM_AHEAD_LIMIT, most_running
     # No connection per sleeper: the worker's usual few, whatever sleeps.
     assert most_backends <= usual + 2, (usual, most_backends)
     rows = Job.objects.filter(pk__in=ids)
