@@ -136,7 +136,7 @@ def test_chains_whose_workers_die_mid_parent_complete_in_order(
 
     chains = [
         [result.job.pk for result in chain(*(link() for _ in range(4)), using=alias)]
-        for _ in range(mode.pick(short=30, long=400))
+        for _ in range(mode.pick(short=60, long=400))
     ]
     jobs = [pk for links in chains for pk in links]
     started = time.monotonic()
