@@ -20,8 +20,6 @@ import logging
 import threading
 import time
 import uuid
-from datetime import datetime
-from datetime import timezone as dt_timezone
 
 from django.db import DatabaseError, connections
 
@@ -44,6 +42,7 @@ from .presence import Presence
 from .scheduler import Scheduler
 from .stopping import EXIT_FORCED, EXIT_OK, EXIT_RECYCLE
 from .throughput import OutcomeCounts
+from .wakeups import WakeTimes
 from .watchdog import Watchdog
 
 __all__ = ["EXIT_FORCED", "EXIT_OK", "EXIT_RECYCLE", "Worker", "WorkerConfig", "default_worker_id"]
@@ -69,8 +68,8 @@ class Worker:
         self._cond = threading.Condition(self._lock)
         self._woken = False
         self._notified = False
-        # When a retry this worker scheduled falls due (monotonic clock).
-        self._retry_due: float | None = None
+        # When jobs this worker suspended or retried fall due (monotonic clock).
+        self._wakes = WakeTimes()
         self._stopping = False
         # A thread ignored its time limit: stop claiming, finish, exit 3.
         self._recycle = False
@@ -122,7 +121,7 @@ class Worker:
             config.alias, config.queues, config.poll_interval, worker_id=config.worker_id
         )
         # What to claim next, and the claim (claiming.py).
-        self.planner = ClaimPlanner(config, self._groups, self.paused, self._retry_soon)
+        self.planner = ClaimPlanner(config, self._groups, self.paused, self._wakes.add)
         self._max_backlog = max(1_000, MAX_BACKLOG_PER_SLOT * config.max_slots)
         # When the loop claims next at the latest, unasked (monotonic).
         self._next_poll = 0.0
@@ -238,15 +237,15 @@ class Worker:
         with self._lock:
             pool.shrink_quiet(self._groups, now, self.config.worker_id)
             notified, self._notified = self._notified, False
-            due = notified or now >= self._next_poll
+            due = self._wakes.fire(now) or notified or now >= self._next_poll
             asks = self.planner.asks(due=due, notified=notified)
             if asks:
                 return asks, None
             wanting = any(group.wants_claim() for group in self._groups)
             shrink_at = pool.next_shrink_at(self._groups)
-            if self._retry_due is not None:
-                self._next_poll = min(self._next_poll, self._retry_due)
-                self._retry_due = None
+            soonest = self._wakes.soonest()
+            if soonest is not None:
+                self._next_poll = min(self._next_poll, soonest)
         if self.paused.lifts_at is not None:
             # Claim when a pause ends by itself: no notification says so.
             self._next_poll = min(self._next_poll, self.paused.lifts_at)
@@ -340,11 +339,6 @@ class Worker:
             self.claimed += len(jobs)
         return jobs
 
-    def _retry_soon(self, due: float) -> None:
-        with self._cond:
-            if self._retry_due is None or due < self._retry_due:
-                self._retry_due = due
-
     def _busy_slots(self) -> int:
         with self._lock:
             return pool.busy_slots(self._groups)
@@ -376,8 +370,7 @@ class Worker:
             if attempt is not None and attempt.wakes_at is not None:
                 # A job this worker suspended falls due then (a sleep, a
                 # wait's deadline): claim at that time, not a poll later.
-                due = (attempt.wakes_at - datetime.now(dt_timezone.utc)).total_seconds()
-                self._retry_soon(time.monotonic() + max(0.0, due) + 0.005)
+                self._wakes.add_at(attempt.wakes_at)
             if attempt is not None and self.planner.slot_freed(attempt.job.queue):
                 # A limited queue's job ended here: one of its slots is free
                 # now, so claim again as on a notification.
@@ -412,7 +405,7 @@ class Worker:
         if retry_in is not None:
             with self._cond:
                 # Wake when the soonest retry written here falls due.
-                self._retry_soon(time.monotonic() + retry_in + 0.005)
+                self._wakes.add_in(retry_in)
                 self._wake_locked()
         handoff.report_written(outcomes, written, self.config.alias)
 
