@@ -303,17 +303,20 @@ class EventLoop:
         # set, and one added after its look sees _stopped (set before it).
         self._runs.add(run)
         try:
-            if self._stopped:
-                run.abandon()
-            else:
-                try:
-                    loop.call_soon_threadsafe(run.start, loop)
-                except RuntimeError:  # the loop closed meanwhile
-                    run.abandon()
-            if attempt is not None:
-                attempt.task_stack = functools.partial(self._stack, run)
-                attempt.cancel.on_give_up(functools.partial(self._cancel_soon, loop, run))
             try:
+                if attempt is not None:
+                    # Before the start: a give-up already made (or made meanwhile) is
+                    # queued ahead of it, so the task is cancelled before its first
+                    # step and the handler's body never begins.
+                    attempt.task_stack = functools.partial(self._stack, run)
+                    attempt.cancel.on_give_up(functools.partial(self._cancel_soon, loop, run))
+                if self._stopped:
+                    run.abandon()
+                else:
+                    try:
+                        loop.call_soon_threadsafe(run.start, loop)
+                    except RuntimeError:  # the loop closed meanwhile
+                        run.abandon()
                 run.executor.serve()
             finally:
                 if attempt is not None:
