@@ -32,6 +32,7 @@ the step's name.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import inspect
 import json
@@ -307,31 +308,19 @@ class StepRuntime:
             calls += 1
             started = _now()
             try:
-                if atomic:
-                    with transaction.atomic(using=self.using):
-                        text = self._encode(name, _not_a_coroutine(name, fn(*args, **kwargs)))
-                        self._checkpoint(
-                            name, kind=STEP, status=COMPLETED, started_at=started, result_json=text
-                        )
-                else:
+                # atomic=True: the step's own writes and its record commit together.
+                with transaction.atomic(using=self.using) if atomic else contextlib.nullcontext():
                     text = self._encode(name, _not_a_coroutine(name, fn(*args, **kwargs)))
                     self._checkpoint(
                         name, kind=STEP, status=COMPLETED, started_at=started, result_json=text
                     )
-            except LeaseLost:
-                self._count("failed")
-                raise
             except BaseException as exc:
-                if (
-                    retry is not None
-                    and not isinstance(exc, StepResultError)
-                    and retry.retries(exc, calls)
-                    and not self._cancelled()
-                ):
-                    time.sleep(retry.wait_before(calls))
+                delay = self._retry_delay(retry, exc, calls)
+                if delay is not None:
+                    time.sleep(delay)
                     continue
                 self._count("failed")
-                if isinstance(exc, Exception):
+                if _recorded_as_failure(exc):
                     self._record_failure(name, STEP, started, exc)
                 raise
             self._count("run")
@@ -370,24 +359,32 @@ class StepRuntime:
                 await sync_to_async(self._checkpoint)(
                     name, kind=STEP, status=COMPLETED, started_at=started, result_json=text
                 )
-            except LeaseLost:
-                self._count("failed")
-                raise
             except BaseException as exc:
-                if (
-                    retry is not None
-                    and not isinstance(exc, StepResultError)
-                    and retry.retries(exc, calls)
-                    and not self._cancelled()
-                ):
-                    await asyncio.sleep(retry.wait_before(calls))
+                delay = self._retry_delay(retry, exc, calls)
+                if delay is not None:
+                    await asyncio.sleep(delay)
                     continue
                 self._count("failed")
-                if isinstance(exc, Exception):
+                if _recorded_as_failure(exc):
                     await sync_to_async(self._record_failure)(name, STEP, started, exc)
                 raise
             self._count("run")
             return json.loads(text)
+
+    def _retry_delay(self, retry: StepRetry | None, exc: BaseException, calls: int) -> float | None:
+        """Seconds before the step's next call, or None: the failure ends the attempt.
+
+        Only the step's own ``retry=`` policy calls it again, never for a result
+        that cannot be stored, a lease lost or a cancel requested meanwhile.
+        """
+        if (
+            retry is None
+            or isinstance(exc, (StepResultError, LeaseLost))
+            or not retry.retries(exc, calls)
+            or self._cancelled()
+        ):
+            return None
+        return retry.wait_before(calls)
 
     def _cancelled(self) -> bool:
         flag = self._cancel
@@ -569,6 +566,12 @@ class StepRuntime:
         self._checkpoint(
             name, kind=CHILD, status=FAILED, error=_failure_text(failure), child_id=child_id
         )
+
+
+def _recorded_as_failure(exc: BaseException) -> bool:
+    """Whether a step's failure gets a record: an error of its function, not a stop
+    (``BaseException``: a cancel, an exit) and not a lease lost (nothing may be written)."""
+    return isinstance(exc, Exception) and not isinstance(exc, LeaseLost)
 
 
 def _not_on_an_event_loop() -> None:
