@@ -915,11 +915,12 @@ class JobAdmin(BoundedJobListMixin, JobModelAdmin):
         if not reason:
             return "-"
         if "until" in reason:
-            return format_html("{} <time>{}</time>", _("Sleeping until"), reason["until"])
+            return format_html("{} {}", _("Sleeping until"), _time_html(reason["until"]))
         if "event" in reason:
             text = format_html("{} <code>{}</code>", _("Waiting for the event"), reason["event"])
             if reason.get("deadline"):
-                text = format_html("{} ({} {})", text, _("times out at"), reason["deadline"])
+                deadline = _time_html(reason["deadline"])
+                text = format_html("{} ({} {})", text, _("times out at"), deadline)
             return text
         if "job" in reason:
             child = step_records.child_id(reason)
@@ -1122,3 +1123,16 @@ class DeadJobAdmin(JobAdmin):
     # Requeue (from a step, too) is what applies to a dead job: no URL for the others.
     job_action_slugs = ("requeue", "retry-from-step")
     bulk_operations = ("requeue",)
+
+
+def _time_html(value: Any) -> SafeString:
+    """A time of ``waiting_for`` (ISO 8601, UTC) as the admin shows its other times: in
+    the current time zone, in ``DATETIME_FORMAT``; the exact instant in ``datetime``."""
+    try:
+        when = datetime.datetime.fromisoformat(str(value))
+    except ValueError:
+        return format_html("<time>{}</time>", value)
+    if timezone.is_naive(when):
+        when = timezone.make_aware(when, datetime.timezone.utc)
+    shown = formats.date_format(timezone.localtime(when), "DATETIME_FORMAT")
+    return format_html('<time datetime="{}">{}</time>', when.isoformat(), shown)

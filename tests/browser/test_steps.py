@@ -11,7 +11,7 @@ from datetime import timezone as dt_timezone
 from typing import Any
 
 import pytest
-from django.utils import timezone
+from django.utils import formats, timezone
 from selenium.webdriver.common.by import By
 
 from django_durable_jobs.models import (
@@ -171,7 +171,8 @@ def test_a_suspended_jobs_page_says_what_it_waits_for(
     pages.open_job(step_jobs.sleeping)
     assert pages.text(".field-status .readonly") == "pending"
     assert pages.text(".field-waiting_for_display .readonly") == (
-        f"Sleeping until {WAKES.isoformat()}"
+        # The admin's time zone and format, as for its other times.
+        f"Sleeping until {formats.date_format(timezone.localtime(WAKES), 'DATETIME_FORMAT')}"
     )
     rows = pages.steps_table()
     assert [row[:3] for row in rows] == [

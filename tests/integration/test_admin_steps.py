@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
-from django.utils import timezone
+from django.utils import formats, timezone
 
 from django_durable_jobs.models import (
     AuditEntry,
@@ -23,6 +23,7 @@ from django_durable_jobs.models import (
     StepKind,
     StepStatus,
 )
+from tests import factories
 from tests.factories import client_for, user_with
 
 pytestmark = pytest.mark.django_db
@@ -40,18 +41,14 @@ def make_job(**fields: Any) -> Job:
 
 def add_steps(job: Job, *names: str) -> None:
     now = timezone.now()
-    for position, name in enumerate(names):
-        JobStep.objects.create(
-            job=job,
-            name=name,
-            status=StepStatus.COMPLETED,
-            attempt=1,
-            position=position,
-            started_at=now,
-            finished_at=now + timedelta(milliseconds=1250),
-            result={"secret": "s3cr3t"},
-            result_bytes=2048,
-        )
+    factories.add_steps(
+        job,
+        *names,
+        started_at=now,
+        finished_at=now + timedelta(milliseconds=1250),
+        result={"secret": "s3cr3t"},
+        result_bytes=2048,
+    )
 
 
 def page(client: Client, job: Job, base: str = JOBS) -> str:
@@ -100,7 +97,11 @@ def test_a_job_without_steps_shows_none(admin_client: Client) -> None:
 @pytest.mark.parametrize(
     ("status", "reason", "words"),
     [
-        (JobStatus.PENDING, {"until": "2030-01-01T00:00:00+00:00"}, "Sleeping until"),
+        (
+            JobStatus.PENDING,
+            {"until": "2030-01-01T00:00:00+00:00"},
+            'Sleeping until <time datetime="2030-01-01T00:00:00+00:00">{shown}</time>',
+        ),
         (
             JobStatus.WAITING,
             {"event": f"signup:{XSS}"},
@@ -109,7 +110,7 @@ def test_a_job_without_steps_shows_none(admin_client: Client) -> None:
         (
             JobStatus.WAITING,
             {"event": "k", "deadline": "2030-01-01T00:00:00+00:00"},
-            "times out at 2030-01-01T00:00:00+00:00",
+            'times out at <time datetime="2030-01-01T00:00:00+00:00">{shown}</time>',
         ),
     ],
 )
@@ -118,7 +119,9 @@ def test_the_page_says_why_a_suspended_job_waits(
 ) -> None:
     wakes = datetime(2030, 1, 1, tzinfo=dt_timezone.utc)  # a sleep not over yet
     html = page(admin_client, make_job(status=status, waiting_for=reason, available_at=wakes))
-    assert words in html
+    # In the admin's time zone and format, as its other times are; the instant in UTC.
+    shown = formats.date_format(timezone.localtime(wakes), "DATETIME_FORMAT")
+    assert words.replace("{shown}", shown) in html
     assert XSS not in html
 
 
