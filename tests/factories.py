@@ -23,11 +23,12 @@ from typing import Any
 
 from django.contrib.auth.models import Permission, User
 from django.test import Client
+from django.utils import timezone
 
 from django_durable_jobs import db, enqueue
 from django_durable_jobs.backoff import RetryPolicy
 from django_durable_jobs.db.records import ClaimedJob, Outcome, Transition
-from django_durable_jobs.models import Job
+from django_durable_jobs.models import Job, JobStep, StepKind, StepStatus
 from django_durable_jobs.worker import Worker, WorkerConfig
 from django_durable_jobs.worker.maintenance import Maintenance
 
@@ -156,6 +157,25 @@ def claimed_job(
         uuid.uuid4(), type, queue, payload or {}, attempt, max_attempts, uuid.uuid4(),
         now, now, None, timeout,
     )  # fmt: skip
+
+
+def add_step(job: Job, name: str, position: int = 0, **fields: Any) -> JobStep:
+    """A step record as the runtime writes it: a completed step of attempt 1 started
+    now, unless ``fields`` say otherwise. For the doors' tests (admin, REST, CLI,
+    retry from step), which read records rather than make them."""
+    values: dict[str, Any] = {
+        "kind": StepKind.STEP,
+        "status": StepStatus.COMPLETED,
+        "attempt": 1,
+        "started_at": timezone.now(),
+        **fields,
+    }
+    return JobStep.objects.create(job=job, name=name, position=position, **values)
+
+
+def add_steps(job: Job, *names: str, **fields: Any) -> list[JobStep]:
+    """``add_step`` for each of ``names``, at positions 0, 1...; ``fields`` on every row."""
+    return [add_step(job, name, position, **fields) for position, name in enumerate(names)]
 
 
 def make_job(

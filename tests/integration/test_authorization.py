@@ -36,6 +36,7 @@ from django.utils import timezone
 from django_durable_jobs import bulk
 from django_durable_jobs.authorization import os_login
 from django_durable_jobs.models import AuditEntry, Event, Job, JobStatus, JobStep, QueueState
+from tests import factories
 from tests.factories import OPERATOR_PERMISSIONS, Api, client_for, make_job, make_user
 
 pytestmark = pytest.mark.django_db
@@ -70,11 +71,7 @@ def dead_job() -> Job:
 
 def dead_job_with_steps() -> Job:
     job = dead_job()
-    now = timezone.now()
-    for position, name in enumerate(("charge", "record")):
-        JobStep.objects.create(
-            job=job, name=name, status="completed", attempt=1, position=position, started_at=now
-        )
+    factories.add_steps(job, "charge", "record")
     return job
 
 

@@ -4,29 +4,15 @@ with the ORM, as the runtime would leave them."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.db import transaction
-from django.utils import timezone
 
 from django_durable_jobs import operations
 from django_durable_jobs.models import AuditEntry, EventWaiter, Job, JobStatus, JobStep
+from tests.factories import add_step as add
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
-
-
-def add(job: Job, name: str, position: int, **fields: Any) -> JobStep:
-    return JobStep.objects.create(
-        job=job,
-        name=name,
-        status="completed",
-        attempt=1,
-        position=position,
-        started_at=timezone.now(),
-        **fields,
-    )
 
 
 def names(job: Job) -> list[str]:
