@@ -24,6 +24,16 @@ ROOT = Path(__file__).resolve().parents[2]
 MANAGE = ROOT / "example_project" / "manage.py"
 
 
+#: ``E2E=long``: the long e2e tests at the sizes their issues asked for; else CI's
+#: smaller ones (the same code paths and assertions), as the chaos suite's short mode.
+LONG = os.environ.get("E2E") == "long"
+
+
+def size(short: int, long: int) -> int:
+    """A test's size: ``long`` with ``E2E=long``, else ``short`` (see ``LONG``)."""
+    return long if LONG else short
+
+
 def test_database_url() -> str:
     """A DATABASE_URL for the test database pytest-django created."""
     s = connection.settings_dict

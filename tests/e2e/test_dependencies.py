@@ -14,15 +14,16 @@ from django_durable_jobs import chain
 from django_durable_jobs.models import Job, JobStatus
 from tests.testapp.models import Execution
 
-from .helpers import Workers, wait_for
+from .helpers import Workers, size, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-CHAINS = 1_000
+#: 1,000 with E2E=long (tests/e2e/helpers.py, ``size``).
+CHAINS = size(250, 1_000)
 LENGTH = 5
 
 
-def test_1000_chains_of_5_on_four_workers_run_once_in_order(workers: Workers) -> None:
+def test_chains_of_5_on_four_workers_run_once_in_order(workers: Workers) -> None:
     chains = [
         [result.job.pk for result in chain(*({"type": "tests.record"} for _ in range(LENGTH)))]
         for _ in range(CHAINS)

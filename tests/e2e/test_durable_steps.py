@@ -15,7 +15,6 @@ short mode does: at full size these tests took eight of CI's ten minutes.
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 import uuid
@@ -30,17 +29,9 @@ from django_durable_jobs.models import Job, JobStatus, StepStatus
 from django_durable_jobs.worker.pool import CLAIM_AHEAD_LIMIT
 from tests.testapp.models import StepRun
 
-from .helpers import Workers, wait_for
+from .helpers import Workers, size, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-#: The issue's sizes with E2E=long, else CI's (see the module docstring).
-LONG = os.environ.get("E2E") == "long"
-
-
-def size(short: int, long: int) -> int:
-    return long if LONG else short
-
 
 #: A worker of one slot: the job it runs is the only one it has started.
 ONE_SLOT = ("--concurrency", "1", "--lease-seconds", "2", "--poll-interval", "0.2")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -135,11 +136,23 @@ def test_seconds() -> None:
             seconds(allow_zero=False)(bad)
 
 
-def test_call_command_reports_bad_flags_as_command_errors() -> None:
-    with pytest.raises(CommandError, match="--concurrency"):
-        call_command("runjobworker", "--concurrency", "0")
-    with pytest.raises(CommandError, match="--lease-seconds"):
-        call_command("runjobworker", "--lease-seconds", "-5")
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--concurrency", "0"], "--concurrency: must be between 1"),
+        (["--grace-period", "-1"], "--grace-period: must be a number of seconds >= 0"),
+        (["--poll-interval", "0"], "--poll-interval: must be a number of seconds > 0"),
+        (["--lease-seconds", "-5"], "--lease-seconds"),
+        (["--lease-seconds", "soon"], "--lease-seconds: 'soon' is not a number"),
+        (["--queues", "emails:4,default"], "gives slots to some queues but not to default"),
+        (["--concurrency", "16-2"], "the minimum 16 is more than the maximum 2"),
+        (["--queues", "a,,b"], "not a comma-separated list"),
+    ],
+)
+def test_call_command_reports_bad_flags_as_command_errors(args: list[str], message: str) -> None:
+    # The messages a real process prints (tests/e2e/test_worker_processes.py runs two).
+    with pytest.raises(CommandError, match=re.escape(message)):
+        call_command("runjobworker", *args)
 
 
 def test_call_command_takes_slots_as_python_values_too() -> None:
