@@ -68,8 +68,7 @@ class Worker:
         self._cond = threading.Condition(self._lock)
         self._woken = False
         self._notified = False
-        # When jobs this worker suspended or retried fall due (monotonic clock).
-        self._wakes = WakeTimes()
+        self._wakes = WakeTimes()  # when jobs it suspended or retried fall due
         self._stopping = False
         # A thread ignored its time limit: stop claiming, finish, exit 3.
         self._recycle = False
@@ -236,8 +235,9 @@ class Worker:
         """The groups that claim now; when there are none, how long to sleep (None: until woken)."""
         with self._lock:
             pool.shrink_quiet(self._groups, now, self.config.worker_id)
-            notified, self._notified = self._notified, False
-            due = self._wakes.fire(now) or notified or now >= self._next_poll
+            # A job known due now counts as a notification (so the plain claim runs).
+            notified, self._notified = self._wakes.fire(now) | self._notified, False
+            due = notified or now >= self._next_poll
             asks = self.planner.asks(due=due, notified=notified)
             if asks:
                 return asks, None
