@@ -362,8 +362,17 @@ def suspended(args: argparse.Namespace, env: dict[str, str]) -> None:
     n = args.n
     print(f"\n== {args.suspended:,} suspended jobs: claim throughput and wake-ups, median of "
           f"{args.repeat} ({bench.loadavg()})")  # fmt: skip
+    # The filler of an earlier run: its waiters and steps first (their foreign keys).
+    for table in ("durable_jobs_event_waiter", "durable_jobs_step"):
+        bench.sql(f"DELETE FROM {table} WHERE job_id IN"  # noqa: S608 (our own table names)
+                  " (SELECT id FROM durable_jobs_job WHERE type = %s)", [FILLER_TYPE])  # fmt: skip
     bench.sql("DELETE FROM durable_jobs_job WHERE type = %s", [FILLER_TYPE])
     bench.sql("VACUUM ANALYZE durable_jobs_job")
+    if args.latencies_only:
+        fill_suspended(args.suspended)
+        print(f"\n  latencies, one worker at the defaults, {args.suspended:,} suspended beside:")
+        latencies(args, env)
+        return
     burst_run("example.noop", min(n, 2_000), {}, env)  # warm-up
     empty = median_runs("empty", "example.noop", n, {}, env, args)
     fill_suspended(args.suspended)
@@ -393,6 +402,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=5439, help="--statements' cluster")
     parser.add_argument("--skip-steps", action="store_true")
     parser.add_argument("--skip-suspended", action="store_true")
+    parser.add_argument("--latencies-only", action="store_true",
+                        help="of the suspended part, only the wake-up latencies")  # fmt: skip
     args = parser.parse_args()
     bench.QUIET_TIMEOUT_SECONDS = args.quiet_timeout
     print(f"{os.cpu_count()} CPUs, {bench.loadavg()}, python {sys.version.split()[0]}")
