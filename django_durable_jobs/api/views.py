@@ -69,11 +69,23 @@ JOB_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, descri
 NAME_FILTERS = {"type": validate_type, "queue": validate_queue}
 
 
+_FIELD = "|".join(INCLUDABLE_FIELDS)
+#: ``?include=``: field names, comma-separated (at least one).
+INCLUDE_PATTERN = f"^({_FIELD})(,({_FIELD}))*$"
+
+
 def _included(request: Request) -> tuple[str, ...]:
     """``?include=``'s field names, in ``INCLUDABLE_FIELDS``' order; another name is a 400."""
     names: set[str] = set()
     for value in request.query_params.getlist("include"):
-        names.update(name.strip() for name in value.split(",") if name.strip())
+        given = [name.strip() for name in value.split(",")]
+        if "" in given:
+            # The schema's items are field names: an empty one (`include=`, `a,,b`)
+            # is a client's bug, said as one rather than read as "nothing".
+            raise ValidationError(
+                {"include": [f"an empty field name in {value!r}: name fields, comma-separated."]}
+            )
+        names.update(given)
     unknown = sorted(names - set(INCLUDABLE_FIELDS))
     if unknown:
         raise ValidationError(
@@ -225,9 +237,10 @@ class JobViewSet(RequestGuardsMixin, JSONErrorsMixin, GenericViewSet[Job]):
             OpenApiParameter("queue", QUEUE_SCHEMA, description="Only this queue."),
             OpenApiParameter(
                 "include",
-                {"type": "array", "items": {"type": "string", "enum": list(INCLUDABLE_FIELDS)}},
-                style="form",
-                explode=False,
+                # A comma-separated list of names, as a string with a pattern: as an
+                # array, the empty list and a list of one empty name are both
+                # `include=` (the server refuses it, 400).
+                {"type": "string", "pattern": INCLUDE_PATTERN},
                 description=(
                     "Fields the rows leave out unless named here, comma-separated: "
                     f"{', '.join(INCLUDABLE_FIELDS)}. With any of them, a page also ends "
