@@ -52,6 +52,7 @@ from django.db import connections, router
 from .claims import _outcomes_params as _outcomes_params  # benchmarks/statements.py
 from .claims import (
     claim,
+    claim_ids,
     claim_per_queue,
     finished_channel,
     next_available_at,
@@ -141,6 +142,7 @@ __all__ = [
     "cancel_requests",
     "child_state",
     "claim",
+    "claim_ids",
     "claim_keyed",
     "claim_limited",
     "claim_per_queue",

@@ -96,6 +96,18 @@ def claim(
     return [ClaimedJob(*row) for row in rows]
 
 
+def claim_ids(
+    using: str, ids: Sequence[uuid.UUID], *, worker_id: str, lease_seconds: float
+) -> list[ClaimedJob]:
+    """Claim the pending jobs among ``ids``, due or not (``testing.run_jobs``), in claim order."""
+    rows = gateway._run(
+        using,
+        "claim_job_ids",
+        {"ids": list(ids), "worker_id": worker_id, "lease_seconds": float(lease_seconds)},
+    )
+    return [ClaimedJob(*row) for row in rows]
+
+
 def claim_per_queue(
     using: str,
     *,

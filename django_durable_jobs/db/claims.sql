@@ -38,6 +38,17 @@ SELECT id, type, queue, payload, attempts, max_attempts, lease_token, available_
 FROM claimed
 ORDER BY priority DESC, available_at, created_at;
 
+-- claim_job_ids --
+-- Claim the given pending jobs, whatever their available_at: django_durable_jobs.testing's run_jobs(), whose clock passes over retry delays and sleeps, and which runs the jobs it picked, not the queue's first ones. Otherwise the same as claim_jobs.
+WITH candidates AS MATERIALIZED (
+    SELECT id, queue
+    FROM durable_jobs_job
+    WHERE id = ANY(%(ids)s::uuid[]) AND status = 'pending'
+    ORDER BY priority DESC, available_at, created_at
+    FOR UPDATE SKIP LOCKED
+),
+<<_claimed>>
+
 -- claim_jobs --
 -- Claim up to %(limit)s runnable jobs from any queue but the %(excluded)s ones: mark them running, count the attempt, and take a lease with a fresh token.
 WITH candidates AS MATERIALIZED (

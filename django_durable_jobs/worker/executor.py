@@ -73,6 +73,7 @@ def execute(
     *,
     lease_seconds: float | None = None,
     using: str | None = None,
+    fresh_connection: bool = True,
 ) -> Outcome | None:
     """Run ``job``'s handler once; return the outcome to record.
 
@@ -89,6 +90,8 @@ def execute(
     worker's to run (released, or its lease lost, while it waited). An
     ``async def`` handler runs on ``event_loop`` (the worker's), this
     thread waiting for it; without one, on a loop of its own.
+    ``fresh_connection=False`` keeps this thread's connection as it is
+    (``testing.run_jobs``: the test's, inside its transaction).
     """
     log_fields = _log_fields(job, worker_id)
     # Not a @job type: maybe an integration's (a Django Tasks @task).
@@ -137,7 +140,7 @@ def execute(
     )
     # One constant's test without OpenTelemetry (see tracing.py).
     traced = tracing.start_attempt(job, worker_id) if tracing.AVAILABLE else None
-    run = (job, worker_id, policy, handler, ctx, attempt, event_loop, log_fields)
+    run = (job, worker_id, policy, handler, ctx, attempt, event_loop, log_fields, fresh_connection)
     if traced is None:
         return _run(*run, None)
     try:
@@ -161,6 +164,7 @@ def _run(
     attempt: Attempt | None,
     event_loop: EventLoop | None,
     log_fields: dict[str, object],
+    fresh_connection: bool,
     traced: tracing.AttemptSpan | None,
 ) -> Outcome | None:
     """The attempt, from its handler's call to the outcome (``execute``'s second half);
@@ -168,8 +172,11 @@ def _run(
     started = time.perf_counter()
     # Handlers that use the ORM get this thread's own connection; drop it if
     # it is broken or past CONN_MAX_AGE, as Django does before a request.
-    # Once per job, before it: the connection then serves the whole job.
-    close_old_connections()
+    # Once per job, before it: the connection then serves the whole job. Not
+    # for testing.run_jobs(): its connection is the test's, in the test's
+    # transaction, which this would close.
+    if fresh_connection:
+        close_old_connections()
     try:
         try:
             value = _call(handler, ctx, attempt, event_loop, traced)
