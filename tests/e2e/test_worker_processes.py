@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 
 import pytest
+from django.db import connection
 from django.db.models import Count, Q
 from django.db.models.functions import Now
 
@@ -14,7 +16,7 @@ from django_durable_jobs.models import Job, JobStatus, WorkerProcess
 from tests.factories import WAIT_SECONDS
 from tests.testapp.models import Execution
 
-from .helpers import Workers, size, wait_for
+from .helpers import Workers, size, test_database_url, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -127,12 +129,54 @@ def test_a_second_signal_exits_at_once(workers: Workers) -> None:
     # The first signal was handled: the worker waits in its grace period.
     wait_for(lambda: "Waiting up to 120" in workers.output(), 30, "the grace period")
     assert proc.poll() is None, workers.output()
-    proc.send_signal(signal.SIGTERM)
+    # A second signal within a second of the first is the same press (logged, ignored):
+    # send again until one counts as the second.
+    for _ in range(20):
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(2)
+            break
+        except subprocess.TimeoutExpired:
+            assert "the same press" in workers.output(), workers.output()
     # Code 1 (forced), long before the grace period or the job could end.
-    assert proc.wait(60) == 1, workers.output()
+    assert code == 1, workers.output()
     job.refresh_from_db()
     # Best effort: given back before exiting.
     assert (job.status, job.attempts) == (JobStatus.PENDING, 0)
+
+
+def test_a_doubled_sigint_is_one_press_and_stops_gracefully(workers: Workers) -> None:
+    # What a terminal's Ctrl-C does under a wrapper that forwards it: two SIGINTs at once.
+    workers.env["E2E_LOG_LEVEL"] = "INFO"
+    job = enqueue("tests.record", {"sleep": 2}).job
+    proc = workers.start("--grace-period", "60")
+    wait_for(
+        lambda: Execution.objects.filter(job_id=job.pk).exists(), WAIT_SECONDS, "the job to start"
+    )
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) == 0, workers.output()  # graceful: the job ran to its end
+    assert "Second SIGINT" not in workers.output()
+    job.refresh_from_db()
+    assert job.status == JobStatus.COMPLETED
+    assert not WorkerProcess.objects.exists()  # its row removed, as at any graceful stop
+
+
+def test_an_unmigrated_database_is_refused_naming_migrate(workers: Workers) -> None:
+    name = f"{connection.settings_dict['NAME']}_unmigrated"
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        cursor.execute(f'CREATE DATABASE "{name}"')
+    try:
+        workers.env["DATABASE_URL"] = test_database_url().rsplit("/", 1)[0] + f"/{name}"
+        proc = workers.start("--burst")
+        assert proc.wait(60) == 1, workers.output()
+        output = workers.output()
+        assert "lacks" in output and "run `python manage.py migrate` first" in output, output
+        assert "Traceback" not in output
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_burst_exits_zero_when_nothing_is_runnable(workers: Workers) -> None:

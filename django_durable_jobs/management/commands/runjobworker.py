@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from django.core import checks
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...authorization import APP_LABEL
 from ...conf import jobs_settings
 from ...durations import parse_seconds
 from ...worker import Worker, WorkerConfig
@@ -230,6 +231,7 @@ class Command(BaseCommand):
         )
         if options["worker_id"]:
             config.worker_id = options["worker_id"]
+        _require_migrations(config.alias)
         worker = Worker(config)
         server = self._metrics_server(options, worker)
         try:
@@ -254,3 +256,34 @@ class Command(BaseCommand):
             raise CommandError(f"--metrics-port: {exc}") from None
         server.start()
         return server
+
+
+def _require_migrations(alias: str) -> None:
+    """Refuse to start on a database that lacks the app's migrations, naming the fix.
+
+    Without them the claim fails on every poll (``relation "durable_jobs_queue"
+    does not exist``) and the worker loops for ever without saying to migrate.
+    A database that cannot be reached is not refused here: the worker starts
+    and retries, as it does when the database goes away later.
+    """
+    import pkgutil
+
+    from django.db import DatabaseError, connections
+    from django.db.migrations.recorder import MigrationRecorder
+
+    from ... import migrations
+
+    # The app's own migration modules against the table of applied ones: one
+    # query, none of the other apps' migrations imported (each worker start pays it).
+    on_disk = {module.name for module in pkgutil.iter_modules(migrations.__path__)}
+    try:
+        applied = {name for app, name in MigrationRecorder(connections[alias]).applied_migrations()
+                   if app == APP_LABEL}  # fmt: skip
+    except DatabaseError:
+        return
+    missing = sorted(on_disk - applied)
+    if missing:
+        raise CommandError(
+            f"The database {alias!r} lacks {len(missing)} migration(s) of django_durable_jobs "
+            f"({', '.join(missing)}): run `python manage.py migrate` first."
+        )
