@@ -72,6 +72,8 @@ class Outcome(NamedTuple):
     #: Not written: the job's queue, for the per-minute counts the worker
     #: keeps (``worker/throughput.py``); empty for an outcome built without it.
     queue: str = ""
+    #: Not written: the job's type, for the signals sent once it is (``signals.py``).
+    type: str = ""
 
 
 class ExpiredLease(NamedTuple):

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from django.db import close_old_connections
 
-from .. import db, hooks, tracing
+from .. import db, hooks, signals, tracing
 from ..backoff import RetryPolicy
 from ..conf import jobs_settings
 from ..constants import MAX_DELAY_SECONDS
@@ -177,6 +177,7 @@ def _run(
     # transaction, which this would close.
     if fresh_connection:
         close_old_connections()
+    signals.send_started(job.id, job.type, job.queue, job.attempt, worker_id)
     try:
         try:
             value = _call(handler, ctx, attempt, event_loop, traced)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 
 from django.db import connections
 
-from .. import db, hooks, metrics
+from .. import db, hooks, metrics, signals
 from ..backoff import RetryPolicy
 from ..db.records import ClaimedJob, Outcome, Transition
 from .attempts import Attempt, AttemptTable, State
@@ -159,6 +159,7 @@ def soonest_retry_seconds(outcomes: Iterable[Outcome]) -> float | None:
 def report_written(outcomes: list[Outcome], written: set[uuid.UUID], alias: str) -> None:
     """Announce the finished jobs written; count and log the outcomes that were not."""
     hooks.jobs_finished([o.job_id for o in outcomes if o.announce and o.job_id in written], alias)
+    signals.send_written(outcomes, written)
     if metrics.ENABLED and len(written) < len(outcomes):
         metrics.record_unrecorded(
             sum(

@@ -35,7 +35,7 @@ from datetime import timedelta
 
 from django.db import DatabaseError, connections
 
-from .. import db, hooks, metrics, pruning
+from .. import db, hooks, metrics, pruning, signals
 from ..backoff import RetryPolicy
 from ..conf import jobs_settings
 from ..db.records import ExpiredLease, Outcome, Transition
@@ -300,6 +300,9 @@ class Maintenance(Service):
             [lease.id for lease, outcome in reaped_jobs if outcome.announce]
             + sorted(cancelled_children),
             self._alias,
+        )
+        signals.send_written(
+            [outcome for _, outcome in reaped_jobs], {lease.id for lease, _ in reaped_jobs}
         )
         return len(reaped_jobs)
 

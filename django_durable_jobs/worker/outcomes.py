@@ -53,6 +53,8 @@ class AttemptOf(Protocol):
     @property
     def queue(self) -> str: ...
     @property
+    def type(self) -> str: ...
+    @property
     def lease_token(self) -> uuid.UUID: ...
     @property
     def attempt(self) -> int: ...
@@ -113,6 +115,7 @@ def complete(job: AttemptOf, result_json: str) -> Outcome:
         result_json=result_json,
         dependent_count=job.dependent_count,
         queue=job.queue,
+        type=job.type,
     )
 
 
@@ -127,6 +130,7 @@ def dead(job: AttemptOf, worker_id: str, failure: Failure, *, announce: bool = F
         announce=announce,
         dependent_count=job.dependent_count,
         queue=job.queue,
+        type=job.type,
     )
 
 
@@ -149,6 +153,7 @@ def retry(
         error_entry_json=_error_entry(job, worker_id, failure),
         dependent_count=job.dependent_count,
         queue=job.queue,
+        type=job.type,
     )
 
 
@@ -186,6 +191,7 @@ def cancel(job: AttemptOf, worker_id: str, failure: Failure, *, announce: bool =
         announce=announce,
         dependent_count=job.dependent_count,
         queue=job.queue,
+        type=job.type,
     )
 
 
