@@ -29,7 +29,8 @@ The Django Tasks backend keeps sending Django's own ``task_started`` and
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import uuid
+from collections.abc import Collection, Iterable, Sequence
 
 from django.dispatch import Signal
 
@@ -66,7 +67,7 @@ def listening() -> bool:
     return bool(job_finished.receivers or job_dead.receivers)
 
 
-def send_started(job_id: object, type: str, queue: str, attempt: int, worker_id: str) -> None:
+def send_started(job_id: uuid.UUID, type: str, queue: str, attempt: int, worker_id: str) -> None:
     if not job_started.receivers:
         return
     _log_failures(
@@ -82,7 +83,7 @@ def send_started(job_id: object, type: str, queue: str, attempt: int, worker_id:
     )
 
 
-def send_written(outcomes: Iterable[Outcome], written: set[object]) -> None:
+def send_written(outcomes: Iterable[Outcome], written: Collection[uuid.UUID]) -> None:
     """``job_finished`` (and ``job_dead``) for each of ``outcomes`` that was written."""
     if not listening():
         return
@@ -118,7 +119,7 @@ def _sender(type: str) -> object:
     return None if handler is None else handler.func
 
 
-def _log_failures(signal: str, responses: list[tuple[object, object]]) -> None:
+def _log_failures(signal: str, responses: Sequence[tuple[object, object]]) -> None:
     for receiver, response in responses:
         if isinstance(response, BaseException):
             logger.error(
