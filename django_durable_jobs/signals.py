@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable
 
 from django.dispatch import Signal
 
@@ -68,61 +68,35 @@ def listening() -> bool:
 
 
 def send_started(job_id: uuid.UUID, type: str, queue: str, attempt: int, worker_id: str) -> None:
-    if not job_started.receivers:
-        return
-    _log_failures(
-        "job_started",
-        job_started.send_robust(
-            sender=_sender(type),
-            job_id=job_id,
-            type=type,
-            queue=queue,
-            attempt=attempt,
-            worker_id=worker_id,
-        ),
-    )
+    if job_started.receivers:
+        _send(job_started, "job_started", job_id, type, queue, attempt=attempt, worker_id=worker_id)
 
 
 def send_written(outcomes: Iterable[Outcome], written: Collection[uuid.UUID]) -> None:
     """``job_finished`` (and ``job_dead``) for each of ``outcomes`` that was written."""
     if not listening():
         return
-    for outcome in outcomes:
-        name = _OUTCOMES.get(outcome.transition)
-        if name is None or outcome.job_id not in written:
+    for o in outcomes:
+        name = _OUTCOMES.get(o.transition)
+        if name is None or o.job_id not in written:
             continue  # a release (given back, not finished), or refused
-        _log_failures(
-            "job_finished",
-            job_finished.send_robust(
-                sender=_sender(outcome.type),
-                job_id=outcome.job_id,
-                type=outcome.type,
-                queue=outcome.queue,
-                outcome=name,
-            ),
-        )
-        if outcome.transition is Transition.DEAD:
-            _log_failures(
-                "job_dead",
-                job_dead.send_robust(
-                    sender=_sender(outcome.type),
-                    job_id=outcome.job_id,
-                    type=outcome.type,
-                    queue=outcome.queue,
-                    last_error=outcome.last_error or "",
-                ),
-            )
+        _send(job_finished, "job_finished", o.job_id, o.type, o.queue, outcome=name)
+        if o.transition is Transition.DEAD:
+            _send(job_dead, "job_dead", o.job_id, o.type, o.queue, last_error=o.last_error or "")
 
 
-def _sender(type: str) -> object:
-    handler = registry.get(type)
-    return None if handler is None else handler.func
-
-
-def _log_failures(signal: str, responses: Sequence[tuple[object, object]]) -> None:
+def _send(
+    signal: Signal, name: str, job_id: uuid.UUID, job_type: str, queue: str, **extra: object
+) -> None:
+    """Send ``signal`` for one job, its sender the handler; log what its receivers raised."""
+    handler = registry.get(job_type)
+    sender = None if handler is None else handler.func
+    responses = signal.send_robust(
+        sender=sender, job_id=job_id, type=job_type, queue=queue, **extra
+    )
     for receiver, response in responses:
         if isinstance(response, BaseException):
             logger.error(
-                "Receiver %r of %s raised %s: %s", receiver, signal, type(response).__name__,
+                "Receiver %r of %s raised %s: %s", receiver, name, type(response).__name__,
                 response, exc_info=response,
             )  # fmt: skip
