@@ -312,6 +312,23 @@ def _release_levels(statements: _Statements, ended: Mapping[uuid.UUID, str]) -> 
     return cancelled
 
 
+def leased_to(using: str, worker_id: str) -> list[tuple[uuid.UUID, str, uuid.UUID]]:
+    """The running jobs leased to ``worker_id``: (id, type, lease token) each.
+
+    Read after a failed claim, whose jobs may be leased to the worker without its
+    knowing (``handoff.give_back_orphans``). The running jobs are few, and the lease
+    index (partial, on running jobs) finds them on a table of any size.
+    """
+    from ..models import Job, JobStatus
+
+    rows = Job.objects.using(using).filter(status=JobStatus.RUNNING, lease_holder=worker_id)
+    return [
+        (job_id, job_type, token)
+        for job_id, job_type, token in rows.values_list("id", "type", "lease_token")
+        if token is not None
+    ]
+
+
 def release_dependents(using: str, ended: Mapping[uuid.UUID, str]) -> set[uuid.UUID]:
     """Release the children of ``ended`` (``{job id: its new status}``), in the caller's
     transaction, which must have ended and locked those jobs (an operator's cancel).

@@ -5,7 +5,8 @@ worker's side of the outcomes (``outcomes.py`` builds them, the completer
 writes them): keep a handler's outcome only while its attempt is still
 this worker's (``settle``), say what the completer wrote or could
 not (``report_written``), give back jobs at shutdown (``release_attempts``)
-and write what is known at a forced exit (``write_last``). The ``Worker``
+and those a failed claim leased unseen (``give_back_orphans``), and write
+what is known at a forced exit (``write_last``). The ``Worker``
 calls these from its threads' callbacks; the logging and the metrics of
 each case live here, so the worker's loop reads as its lifecycle.
 """
@@ -24,6 +25,7 @@ from ..backoff import RetryPolicy
 from ..db.records import ClaimedJob, Outcome, Transition
 from .attempts import Attempt, AttemptTable, State
 from .completer import Completer
+from .config import WorkerConfig
 from .event_loop import EventLoop
 from .executor import StopWorker, execute, internal_error
 from .outcomes import cancel, cancelled_failure, release
@@ -198,6 +200,29 @@ def release_attempts(
             job.id, job.type, why, extra={"job_id": str(job.id), "job_type": job.type},
         )  # fmt: skip
         completer.submit(release(job.id, job.lease_token))
+
+
+def give_back_orphans(config: WorkerConfig, attempts: AttemptTable, completer: Completer) -> int:
+    """After a failed claim: give back the jobs leased to this worker that it never held.
+
+    A claim can commit while its answer dies with the connection (a backend
+    terminated, a restart): its jobs are leased to this worker, no thread runs them,
+    and they would wait out the lease and show an attempt that never ran. Given
+    back as at a stop (uncounted, fenced by their lease tokens); only tokens the
+    attempt table does not know, so nothing running here, or whose outcome is still
+    to be written, is touched. The loop thread calls it before its next claim: every
+    job of its earlier claims is in the table by then.
+    """
+    leased = db.leased_to(config.alias, config.worker_id)
+    orphans = [row for row in leased if attempts.get(row[2]) is None]
+    for job_id, job_type, token in orphans:
+        logger.warning(
+            "Giving back job %s type=%s: a claim whose answer was lost leased it to this "
+            "worker, which never ran it (not counted as an attempt)",
+            job_id, job_type, extra={"job_id": str(job_id), "job_type": job_type},
+        )  # fmt: skip
+        completer.submit(release(job_id, token))
+    return len(orphans)
 
 
 def write_last(

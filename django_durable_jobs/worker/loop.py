@@ -265,14 +265,14 @@ class Worker:
             # Outcomes cannot be written: claim nothing more until they can.
             self._sleep(0.05)
             return False
-        # Whether jobs were in flight when this claim began: their ends may
-        # free a slot a limit or a busy key held.
+        # Jobs in flight when this claim began (their ends may free a slot a limit or a
+        # busy key held), or whose outcomes were not written yet (writing one may make
+        # waiting jobs runnable after this claim looked): a burst claims once more.
         ran_before = self.attempts.busy()
-        # Or whose outcomes were not written yet: writing one may make waiting
-        # jobs (depends_on) runnable after this claim looked, so a burst
-        # claims once more before it decides to exit.
         unwritten_before = self.config.burst and (ran_before or self.attempts.outcomes_unwritten())
         try:
+            if self.claim_failing:  # its jobs may be leased to this worker unseen
+                handoff.give_back_orphans(self.config, self.attempts, self.completer)
             jobs = self._claim(asks)
         except DatabaseError as exc:
             self._claim_failed(exc)

@@ -647,3 +647,38 @@ def test_a_row_the_database_refuses_after_an_outage_does_not_leave_claims_paused
     outcome = Outcome(uuid.uuid4(), uuid.uuid4(), Transition.COMPLETE)
     assert writer._write([outcome]) == set()
     assert answers == [] and not writer.failing
+
+
+def test_jobs_a_failed_claim_leased_unseen_are_given_back_uncounted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A claim can commit while its answer dies with the connection (an independent
+    chaos harness saw it under backend kills and a restart): the worker never held
+    those jobs, which waited out the lease and showed two attempts. Now the worker
+    gives them back before its next claim, and each runs once, as its first attempt."""
+    from django_durable_jobs.worker.claiming import ClaimPlanner
+
+    real = ClaimPlanner.claim
+    lost: list[int] = []
+
+    def claim(self: ClaimPlanner, asks: Any) -> list[ClaimedJob]:
+        jobs = real(self, asks)
+        if jobs and not lost:  # committed, and the answer never arrives
+            lost.append(len(jobs))
+            raise OperationalError("server closed the connection unexpectedly (test)")
+        return jobs
+
+    monkeypatch.setattr(ClaimPlanner, "claim", claim)
+    enqueue_many([{"type": "tests.record"}] * 3)
+    # A lease far longer than the wait below: only the give-back can end these jobs.
+    running = RunningWorker(worker_config(burst=False, lease_seconds=600))
+    try:
+        wait_until(
+            lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() == 3,
+            what="the three jobs completed without waiting out their lease",
+        )
+    finally:
+        running.stop()
+    assert lost == [3]
+    assert sorted(Job.objects.values_list("attempts", flat=True)) == [1, 1, 1]
+    assert Execution.objects.count() == 3
