@@ -190,6 +190,11 @@ DURABLE_JOBS: dict[str, object] = {
 if DIRECT_DATABASE_URL:
     DURABLE_JOBS["LISTEN_DATABASE"] = "direct"
 
+# EXAMPLE_RECORD_OUTCOMES=1: example/receivers.py records each job_finished
+# signal as an example.JobOutcome row (docs/guides/signals.md). Off by
+# default: the benchmarks run on this project with no receiver connected.
+EXAMPLE_RECORD_OUTCOMES = os.environ.get("EXAMPLE_RECORD_OUTCOMES", "") == "1"
+
 # Django >= 6.0: `@task` functions (example/tasks.py) run on the durable queue.
 # Django 5.2 has no django.tasks, so no TASKS there.
 if django.VERSION >= (6, 0):

@@ -67,6 +67,20 @@ def test_the_list_shows_the_columns_and_a_shortened_error(admin_client: Client) 
     assert "Traceback" not in html  # first line only
 
 
+def test_a_completed_job_shows_no_error_in_the_list_but_keeps_it_on_its_page(
+    admin_client: Client,
+) -> None:
+    # Failed once, then completed: the list must not suggest a failure.
+    completed = make_job(status=JobStatus.COMPLETED, attempts=2, last_error="ValueError: first try")
+    retrying = make_job(attempts=1, last_error="KeyError: still failing")
+    html = admin_client.get(JOBS).content.decode()
+    assert "KeyError: still failing" in html
+    assert "ValueError: first try" not in html
+    page = admin_client.get(f"{JOBS}{completed.pk}/change/").content.decode()
+    assert "ValueError: first try" in page  # the history stays on the job's page
+    assert str(retrying.pk) in html
+
+
 def test_nothing_can_be_added_or_deleted(admin_client: Client) -> None:
     job = make_job()
     assert admin_client.get(f"{JOBS}add/").status_code == 403
@@ -91,6 +105,15 @@ def test_the_type_filter_lists_registered_types_without_reading_the_table(
     assert listed_ids(response) == {str(wanted.pk)}
     assert str(other.pk) not in listed_ids(response)
     assert "?type=legacy.removed" in response.content.decode()  # the selected value is listed
+
+
+def test_the_type_filter_leaves_out_the_packages_own_types(admin_client: Client) -> None:
+    html = admin_client.get(JOBS).content.decode()
+    assert "?type=tests.record" in html
+    assert "?type=durable_jobs." not in html  # bulk_requeue, bulk_cancel: the package's
+    bulk = make_job(type="durable_jobs.bulk_requeue")
+    response = admin_client.get(f"{JOBS}?type=durable_jobs.bulk_requeue")
+    assert listed_ids(response) == {str(bulk.pk)}  # still filterable by URL
 
 
 def test_the_queue_filter(admin_client: Client) -> None:
