@@ -98,6 +98,15 @@ class DurableJobsBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task[Any, Any]) -> None:
         """Django's checks, plus what a job row needs (a storable type and queue)."""
+        if not isinstance(task, Task):
+            # A backport task on Django 6 (both read TASKS, so its @task reaches
+            # this backend): the worker would never find it as a Task.
+            api = type(task).__module__.partition(".")[0]
+            raise InvalidTask(
+                f"{task.module_path} is declared with {api}'s @task, but this process uses "
+                f"{compat.TASKS_MODULE} (tasks/compat.py): import task from "
+                f"{compat.TASKS_MODULE}."
+            )
         super().validate_task(task)
         # The rules enqueue() applies to every job, checked here so a bad
         # task fails where it is declared (or re-targeted with .using()),

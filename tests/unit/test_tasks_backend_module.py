@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from importlib.util import find_spec
 from typing import Any
 
 import pytest
@@ -126,3 +127,25 @@ def test_task_payload_shape() -> None:
     assert not is_task_payload({**TASK_PAYLOAD, "extra": 1})
     assert not is_task_payload({"args": {}, "kwargs": {}, "backend": "default"})
     assert not is_task_payload([1, 2])
+
+
+@pytest.mark.skipif(
+    compat.TASKS_MODULE != compat.DJANGO_TASKS or find_spec("django_tasks") is None,
+    reason="Django 6 with the django-tasks backport installed beside it",
+)
+def test_on_django_6_the_backports_task_decorator_makes_a_django_task() -> None:
+    # Both read TASKS; the backport's @task builds the backend's task_class,
+    # Django's Task: code not yet moved off `from django_tasks import task` runs.
+    import django_tasks
+    from django_tasks.base import Task as BackportTask
+
+    def undecorated(a: int) -> int:
+        return a
+
+    undecorated.__qualname__ = "undecorated"  # module level, as @task requires
+    declared = django_tasks.task(undecorated)
+    assert isinstance(declared, compat.Task)
+    # A backport Task made by hand is refused where it is made: the worker
+    # would never find it as a Task.
+    with pytest.raises(compat.InvalidTask, match=r"declared with django_tasks's @task, but"):
+        BackportTask(func=undecorated)
