@@ -16,13 +16,15 @@ class DurableJobsConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
+        from .tasks import checks as tasks_checks  # noqa: F401  (durable_jobs.E108)
 
         # Handlers live in each app's `jobs` module, as admin classes live
         # in `admin.py`; importing them fills the registry.
         autodiscover_modules("jobs")
         # The core never imports the Django Tasks integration: it calls the
-        # hooks, and this is where the two meet. Without django.tasks
-        # (Django < 6.0) no row can be a task, so nothing is registered.
+        # hooks, and this is where the two meet. Without a Tasks API
+        # (Django < 6.0 without the django-tasks backport; tasks/compat.py
+        # decides) no row can be a task, so nothing is registered.
         if TASKS_AVAILABLE:
             hooks.add_handler_resolver(bridge.task_handler)
             hooks.add_finished_listener(bridge.announce_finished)

@@ -33,15 +33,17 @@ DATABASES = {
 # Test handlers and the Execution table that counts their runs.
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]  # noqa: F405
 
-# Django >= 6.0: the Tasks backend's tests (tests/testapp/tasks.py). A second
-# queue for queue tests; an immediate backend to show that the worker runs
-# only tasks of a DurableJobsBackend.
-if django.VERSION >= (6, 0):
+# The Tasks backend's tests (tests/testapp/tasks.py), with django.tasks on
+# Django >= 6.0 and the django-tasks backport (TASKS_BACKPORT, the example
+# project's) on Django 5.2. A second queue for queue tests; an immediate
+# backend to show that the worker runs only tasks of a DurableJobsBackend.
+TASKS_API = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+if django.VERSION >= (6, 0) or TASKS_BACKPORT:  # noqa: F405
     TASKS = {
         "default": {
             "BACKEND": "django_durable_jobs.tasks.backend.DurableJobsBackend",
             "QUEUES": ["default", "other"],
             "OPTIONS": {"max_attempts": 3},
         },
-        "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
+        "immediate": {"BACKEND": f"{TASKS_API}.backends.immediate.ImmediateBackend"},
     }

@@ -1,12 +1,14 @@
-"""The Django Tasks integration: ``django.tasks`` on the durable job table.
+"""The Django Tasks integration: ``@task`` functions on the durable job table.
 
 Built on the core, never imported by it: the core calls the extension
 points of ``django_durable_jobs.hooks``, and ``AppConfig.ready()`` plugs
 this package into them (the bridge's ``task_handler`` as a handler
 resolver, its ``announce_finished`` as a finished listener, its
-``task_concurrency_limits`` as a concurrency limits provider). Five
+``task_concurrency_limits`` as a concurrency limits provider). Seven
 modules:
 
+- ``compat``: which Tasks API is in use (``django.tasks`` or the
+  ``django-tasks`` backport), and its names;
 - ``backend``: ``DurableJobsBackend``, the ``BaseTaskBackend`` that
   enqueues a ``@task`` as a job (settings name it
   ``django_durable_jobs.tasks.backend.DurableJobsBackend``);
@@ -39,29 +41,26 @@ guarantees as in a ``@job`` handler::
 
 Outside a job run by a worker it raises ``RuntimeError``.
 
-``django.tasks`` arrived in Django 6.0. This package, ``bridge``,
-``limits``, ``options`` and ``waiting`` import on Django 5.2 too
+Which Tasks API is in use is ``compat``'s decision: ``django.tasks`` on
+Django >= 6.0, the ``django-tasks`` backport (``django_tasks``, the
+``tasks`` extra) on Django 5.2; every module here reads the API's names
+from ``compat``, so the same backend serves both. Without either, this
+package, ``bridge``, ``limits``, ``options`` and ``waiting`` still import
 (``bridge`` then answers "no task" for every job, ``limits`` no limits,
 ``wait_result`` raises ``ImproperlyConfigured``); ``backend`` and
-``results`` need Django >= 6.0 (importing ``backend`` on 5.2 raises
-``ImproperlyConfigured`` saying so).
+``results`` raise ``ImproperlyConfigured`` saying what to install.
 """
 
 from __future__ import annotations
 
-import django
-
-#: Whether this Django has ``django.tasks`` (Django >= 6.0): the one place
-#: the integration decides it.
-TASKS_AVAILABLE = django.VERSION >= (6, 0)
-
-# After TASKS_AVAILABLE, which ``waiting`` reads from this package.
-from ..context import current_job  # noqa: E402
-from .options import TaskOptions, current_task_options, task_options  # noqa: E402
-from .waiting import await_result, wait_result  # noqa: E402
+from ..context import current_job
+from .compat import TASKS_AVAILABLE, TASKS_MODULE
+from .options import TaskOptions, current_task_options, task_options
+from .waiting import await_result, wait_result
 
 __all__ = [
     "TASKS_AVAILABLE",
+    "TASKS_MODULE",
     "TaskOptions",
     "await_result",
     "current_job",

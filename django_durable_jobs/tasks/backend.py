@@ -4,10 +4,11 @@ A ``@task`` enqueued here is a ``Job`` row like any other (same worker,
 admin, API and metrics), inserted by ``enqueueing.enqueue`` on the
 caller's connection, so it commits or rolls back with the caller's
 transaction. Settings name it
-``django_durable_jobs.tasks.backend.DurableJobsBackend``. Needs Django >=
-6.0: on older versions importing this module raises
-``ImproperlyConfigured`` saying so (not a bare ``ModuleNotFoundError``
-about ``django.tasks``).
+``django_durable_jobs.tasks.backend.DurableJobsBackend``, for
+``django.tasks`` on Django 6 and for the ``django-tasks`` backport on
+Django 5.2 alike (``compat`` says which is in use). With neither,
+importing this module raises ``ImproperlyConfigured`` saying what to
+install (not a bare ``ModuleNotFoundError``).
 """
 
 from __future__ import annotations
@@ -17,25 +18,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from functools import partial
 from typing import Any
 
-import django
-from django.core.exceptions import ImproperlyConfigured
-
-try:
-    from django.tasks import task_backends
-except ImportError as error:  # Django < 6.0: say what is needed, once, here.
-    raise ImproperlyConfigured(
-        "django_durable_jobs.tasks.backend.DurableJobsBackend needs Django >= 6.0 "
-        f"(django.tasks); this is Django {django.get_version()}. Enqueue with "
-        "django_durable_jobs.enqueue() instead, or upgrade Django."
-    ) from error
-
 from django.apps import apps
 from django.core import checks
 from django.db import transaction
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import Task, TaskResult
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
 from django.utils.module_loading import import_string
 
 from .. import db
@@ -44,9 +29,22 @@ from ..enqueueing import enqueue
 from ..exceptions import InvalidJob
 from ..models import Job
 from ..validation import validate_max_attempts, validate_queue, validate_timeout, validate_type
-from . import limits
+from . import compat, limits
 from .options import current_task_options
-from .results import (
+
+# Before the names below: with no Tasks API, say what is needed, once, here.
+compat.require("django_durable_jobs.tasks.backend.DurableJobsBackend")
+
+from .compat import (  # noqa: E402
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskResult,
+    TaskResultDoesNotExist,
+    task_backends,
+    task_enqueued,
+)
+from .results import (  # noqa: E402
     NotRoundTrippable,
     build_result,
     check_round_trip,
@@ -100,6 +98,15 @@ class DurableJobsBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task[Any, Any]) -> None:
         """Django's checks, plus what a job row needs (a storable type and queue)."""
+        if not isinstance(task, Task):
+            # A backport task on Django 6 (both read TASKS, so its @task reaches
+            # this backend): the worker would never find it as a Task.
+            api = type(task).__module__.partition(".")[0]
+            raise InvalidTask(
+                f"{task.module_path} is declared with {api}'s @task, but this process uses "
+                f"{compat.TASKS_MODULE} (tasks/compat.py): import task from "
+                f"{compat.TASKS_MODULE}."
+            )
         super().validate_task(task)
         # The rules enqueue() applies to every job, checked here so a bad
         # task fails where it is declared (or re-targeted with .using()),

@@ -6,7 +6,7 @@ Plugged into the core from ``AppConfig.ready()`` through
 ``task_handler`` is a handler resolver: the executor asks it (through
 ``hooks.resolve_handler``) when no ``@job`` handler has the job's type. It
 answers only for rows our backend wrote (the payload's shape says so)
-whose type imports as a ``django.tasks.Task`` bound to a
+whose type imports as a ``Task`` (of the Tasks API in use, ``compat``) bound to a
 ``DurableJobsBackend``: anything else keeps the executor's "no handler"
 path, so a stray type can never make the worker run an arbitrary
 function. The handler it returns runs the task like Django's immediate
@@ -17,11 +17,12 @@ too, so the worker awaits it on its event loop like an async ``@job``.
 ``announce_finished`` is a finished listener: it sends ``task_finished``
 for the tasks among the jobs the core finished without their handler.
 
-Importable on Django 5.2, where it answers ``None`` for every job and
-announces nothing, and before the app registry is ready. The imports of
-``django.tasks`` (and of ``backend`` and ``results``, which need it) and of
-the models are inside the functions for those reasons, and so that a
-process loads ``django.tasks`` only once a task shows up.
+Importable without a Tasks API (Django 5.2 without the backport), where it
+answers ``None`` for every job and announces nothing, and before the app
+registry is ready. The reads of the API's names from ``compat`` (and the
+imports of ``backend`` and ``results``, which need them) and of the models
+are inside the functions for those reasons, and so that a process loads
+the Tasks API only once a task shows up.
 """
 
 from __future__ import annotations
@@ -38,14 +39,12 @@ from .. import db
 from ..context import JobContext
 from ..exceptions import Discard
 from ..registry import Handler, registry
-from . import TASKS_AVAILABLE, limits
+from . import compat, limits
 
 if TYPE_CHECKING:
-    from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import Task, TaskResult
+    from .compat import BaseTaskBackend, Task, TaskResult
 
 __all__ = [
-    "TASKS_AVAILABLE",
     "announce_finished",
     "arun_task",
     "durable_backends",
@@ -59,7 +58,7 @@ logger = logging.getLogger("django_durable_jobs.worker")
 
 def task_handler(type_name: str, payload: Any) -> Handler | None:
     """A handler running the Django task ``type_name`` names, or ``None``."""
-    if not TASKS_AVAILABLE:
+    if not compat.TASKS_AVAILABLE:
         return None
     from .results import is_task_payload, resolve_task
 
@@ -83,9 +82,8 @@ def task_handler(type_name: str, payload: Any) -> Handler | None:
 
 def durable_backends() -> Iterator[BaseTaskBackend]:
     """The ``TASKS`` backends that are ``DurableJobsBackend``s, in settings order."""
-    from django.tasks import task_backends
-
     from .backend import DurableJobsBackend
+    from .compat import task_backends
 
     try:
         backends = task_backends.all()
@@ -102,9 +100,9 @@ def task_concurrency_limits() -> dict[str, int]:
     From each backend's ``OPTIONS["concurrency_limits"]`` (``limits.py``).
     Invalid entries are logged at ERROR and left out (a worker does not run
     Django's Tasks checks, so it says so itself); a task two backends limit
-    differently gets the smaller limit. ``{}`` on Django 5.2.
+    differently gets the smaller limit. ``{}`` without a Tasks API.
     """
-    if not TASKS_AVAILABLE:
+    if not compat.TASKS_AVAILABLE:
         return {}
     merged: dict[str, int] = {}
     for backend in durable_backends():
@@ -122,10 +120,8 @@ def _backend_in_use() -> bool:
 
 
 def _durable_backend(alias: str) -> BaseTaskBackend | None:
-    from django.tasks import task_backends
-    from django.tasks.exceptions import InvalidTaskBackend
-
     from .backend import DurableJobsBackend
+    from .compat import InvalidTaskBackend, task_backends
 
     try:
         backend = task_backends[alias]
@@ -154,16 +150,15 @@ class _Started:
         """The function's positional arguments, its ``TaskContext`` first if it takes one."""
         if not self.task.takes_context:
             return self.args
-        from django.tasks.base import TaskContext
+        from .compat import TaskContext
 
         return [TaskContext(task_result=self.result), *self.args]
 
 
 def _start(task: Task[Any, Any], backend: BaseTaskBackend, ctx: JobContext) -> _Started:
     """Read the job as a ``TaskResult`` and send ``task_started`` (sync: the ORM)."""
-    from django.tasks.signals import task_started
-
     from ..models import Job
+    from .compat import task_started
     from .results import build_result, send_signal
 
     job = Job.objects.using(db.database_alias()).get(pk=ctx.id)
@@ -195,9 +190,7 @@ def _failed(started: _Started, ctx: JobContext, exc: Exception) -> None:
     Called inside the ``except`` block (for an async task, through
     ``sync_to_async``, which keeps it): Django's own receiver logs exc_info.
     """
-    from django.tasks.base import TaskResultStatus
-    from django.tasks.signals import task_finished
-
+    from .compat import TaskResultStatus, task_finished
     from .results import mark_finished, send_signal, task_error
 
     if _given_up(ctx):
@@ -210,9 +203,7 @@ def _failed(started: _Started, ctx: JobContext, exc: Exception) -> None:
 
 def _succeeded(started: _Started, ctx: JobContext, value: Any) -> dict[str, Any]:
     """The function returned ``value``: ``task_finished``; the job's result."""
-    from django.tasks.base import TaskResultStatus
-    from django.tasks.signals import task_finished
-
+    from .compat import TaskResultStatus, task_finished
     from .results import mark_finished, send_signal
 
     if not _given_up(ctx):
@@ -285,11 +276,10 @@ def announce_finished(job_ids: Collection[uuid.UUID], alias: str) -> None:
     ``TaskResult`` and is skipped (logged). Never raises: the state change
     it reports has happened whatever a receiver does.
     """
-    if not TASKS_AVAILABLE or not job_ids or not _backend_in_use():
+    if not compat.TASKS_AVAILABLE or not job_ids or not _backend_in_use():
         return
-    from django.tasks.signals import task_finished
-
     from ..models import Job, JobStatus
+    from .compat import task_finished
     from .results import build_result, is_task_payload, resolve_task, send_signal
 
     try:

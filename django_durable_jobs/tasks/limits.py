@@ -19,8 +19,8 @@ worker, enforced by the same keyed claim as ``@job(concurrency_limit=N)``.
 How the option reads, for its two readers: the backend's system check
 (``durable_jobs.E107``, ``problems()``) and the worker
 (``bridge.task_concurrency_limits``, ``declared()``). It imports
-neither (they import it), and ``django.tasks`` only inside ``problems``,
-so it loads on Django 5.2 too.
+neither (they import it), and the Tasks API (``compat``) only inside
+``problems``, so it loads without one too.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from ..names import validate_type
 from ..validation import validate_concurrency_limit
 
 if TYPE_CHECKING:
-    from django.tasks.backends.base import BaseTaskBackend
+    from .compat import BaseTaskBackend
 
 __all__ = ["OPTION", "Problem", "declared", "describe", "problems", "read_limits"]
 
@@ -88,8 +88,9 @@ def problems(backend: BaseTaskBackend, earlier: Iterable[BaseTaskBackend]) -> li
     them; the worker would take the smaller). Each disagreement is so
     reported once, on the later backend.
     """
-    from django.tasks.base import Task
     from django.utils.module_loading import import_string
+
+    from .compat import Task
 
     limits, wrong = read_limits(backend.options[OPTION])
     for path in limits:

@@ -6,8 +6,9 @@ One store for both APIs: a task is a job whose ``type`` is the task's
 "worker_id": ...}``: the worker id of the successful attempt is stored
 there because a finished row no longer names its lease holder.
 
-Needs Django >= 6.0 (``django.tasks``); imported only by the backend and
-by the bridge once it knows ``django.tasks`` exists.
+Needs a Tasks API (``compat``: ``django.tasks`` or the ``django-tasks``
+backport); imported only by the backend and by the bridge once it knows
+one is in use.
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ from typing import Any
 
 from django.apps import apps
 from django.dispatch import Signal
-from django.tasks.base import Task, TaskError, TaskResult, TaskResultStatus
-from django.tasks.exceptions import InvalidTask
 from django.utils import timezone
 
 from ..models import Job, JobStatus
+from .compat import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
 
 PAYLOAD_KEYS = frozenset({"args", "kwargs", "backend"})
 

@@ -10,9 +10,10 @@ result in place as ``refresh()`` does. Module functions, not methods:
 method that only this backend's results have. The async twin is named
 the way Django names its own (``get_result``/``aget_result``).
 
-No ``django.tasks`` import at module level, and ``waiting`` (which needs
-the models) only inside the functions: ``django_durable_jobs.tasks``
-re-exports these on Django 5.2 too, where no ``TaskResult`` can exist.
+No read of the Tasks API (``compat``) at module level, and ``waiting``
+(which needs the models) only inside the functions:
+``django_durable_jobs.tasks`` re-exports these without a Tasks API too,
+where no ``TaskResult`` can exist.
 """
 
 from __future__ import annotations
@@ -20,13 +21,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-import django
-from django.core.exceptions import ImproperlyConfigured
-
-from . import TASKS_AVAILABLE
+from . import compat
 
 if TYPE_CHECKING:
-    from django.tasks.base import TaskResult
+    from .compat import TaskResult
 
 __all__ = ["await_result", "wait_result"]
 
@@ -71,18 +69,17 @@ async def await_result(
 
 
 def _check(result: Any) -> None:
-    if not TASKS_AVAILABLE:
-        raise ImproperlyConfigured(
-            f"Waiting for a task's result needs Django >= 6.0 (django.tasks); this is "
-            f"Django {django.get_version()}. Use django_durable_jobs.wait() with a job id."
-        )
-    from django.tasks import task_backends
-    from django.tasks.base import TaskResult
-
+    # ImproperlyConfigured without a Tasks API; wait() needs none.
+    compat.require(
+        "Waiting for a task's result", "wait with django_durable_jobs.wait() and a job id"
+    )
     from .backend import DurableJobsBackend
+    from .compat import TaskResult, task_backends
 
     if not isinstance(result, TaskResult):
-        raise TypeError(f"Expected a django.tasks TaskResult, got {type(result).__name__}.")
+        raise TypeError(
+            f"Expected a {compat.TASKS_MODULE} TaskResult, got {type(result).__name__}."
+        )
     backend = task_backends[result.backend]
     if not isinstance(backend, DurableJobsBackend):
         raise ValueError(
@@ -92,6 +89,6 @@ def _check(result: Any) -> None:
 
 
 def _does_not_exist(result: TaskResult[Any, Any]) -> Exception:
-    from django.tasks.exceptions import TaskResultDoesNotExist
+    from .compat import TaskResultDoesNotExist
 
     return TaskResultDoesNotExist(result.id)

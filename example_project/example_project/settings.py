@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 import django
@@ -95,6 +96,10 @@ if os.environ.get("DJANGO_HTTPS", "") == "1":
     # decision for the domain's owner that an example cannot make for them.
     SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
+# Django 5.2 with the django-tasks backport of django.tasks (the `tasks` extra),
+# imported as django_tasks: an app of its own, as its documentation asks.
+TASKS_BACKPORT = django.VERSION < (6, 0) and find_spec("django_tasks") is not None
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -106,6 +111,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "django_prometheus",
+    *(["django_tasks"] if TASKS_BACKPORT else []),
     "django_durable_jobs",
     "example",
 ]
@@ -195,9 +201,11 @@ if DIRECT_DATABASE_URL:
 # default: the benchmarks run on this project with no receiver connected.
 EXAMPLE_RECORD_OUTCOMES = os.environ.get("EXAMPLE_RECORD_OUTCOMES", "") == "1"
 
-# Django >= 6.0: `@task` functions (example/tasks.py) run on the durable queue.
-# Django 5.2 has no django.tasks, so no TASKS there.
-if django.VERSION >= (6, 0):
+# `@task` functions (example/tasks.py) run on the durable queue: with Django's
+# django.tasks from Django 6.0, with the django-tasks backport on Django 5.2
+# (TASKS_BACKPORT above). Without either, no TASKS: nothing would read it (and
+# durable_jobs.E108 would say so).
+if django.VERSION >= (6, 0) or TASKS_BACKPORT:
     TASKS = {
         "default": {
             "BACKEND": "django_durable_jobs.tasks.backend.DurableJobsBackend",
@@ -237,5 +245,7 @@ LOGGING = {
         # Django's own lines for tasks (enqueued, started, finished): its
         # default configuration prints them only with DEBUG on.
         "django.tasks": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        # The same lines from the backport, on Django 5.2.
+        "django_tasks": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }

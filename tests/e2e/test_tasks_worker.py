@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("django.tasks")
-
-from django.tasks import TaskResultStatus
-
 from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.tasks.compat import TaskResultStatus
 
 pytestmark = pytest.mark.e2e
 

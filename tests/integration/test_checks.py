@@ -142,3 +142,29 @@ def test_the_default_and_a_sound_policy_pass(setting: dict[str, Any]) -> None:
 def test_e010_is_reported_by_manage_py_check() -> None:
     with override_settings(DURABLE_JOBS={"API_ENQUEUE_TYPES": ["durable_jobs.bulk_cancel"]}):
         assert "durable_jobs.E010" in error_ids(checks.run_checks(databases=[]))
+
+
+DURABLE_TASKS = {"default": {"BACKEND": "django_durable_jobs.tasks.backend.DurableJobsBackend"}}
+
+
+def test_e108_when_tasks_names_the_backend_but_there_is_no_tasks_api(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As on Django 5.2 without the django-tasks backport (tasks/compat.py's decision).
+    from django_durable_jobs.tasks import compat
+    from django_durable_jobs.tasks.checks import check_tasks_api
+
+    # Another backend is not this check's business (one of the API in use,
+    # which Django's Tasks check also instantiates).
+    other = {"BACKEND": f"{compat.TASKS_MODULE}.backends.immediate.ImmediateBackend"}
+    monkeypatch.setattr(compat, "TASKS_AVAILABLE", False)
+    with override_settings(TASKS={**DURABLE_TASKS, "other": other}):
+        messages = check_tasks_api()
+        assert error_ids(messages) == ["durable_jobs.E108"]
+        assert messages[0].msg.startswith("TASKS['default'] uses DurableJobsBackend, but ")
+        assert "pip install 'django-durable-jobs[tasks]'" in str(messages[0].hint)
+        # Registered with the app's checks, so `manage.py check` reports it.
+        assert "durable_jobs.E108" in error_ids(checks.run_checks(databases=[]))
+    monkeypatch.setattr(compat, "TASKS_AVAILABLE", True)
+    with override_settings(TASKS=DURABLE_TASKS):
+        assert check_tasks_api() == []

@@ -34,7 +34,6 @@ def test_current_job_outside_a_worker_says_so() -> None:
 
 
 def test_a_task_uses_steps_and_waits_through_current_job() -> None:
-    pytest.importorskip("django.tasks")
     from tests.testapp import tasks
     from tests.testapp.models import StepCall
 
@@ -55,10 +54,7 @@ def test_a_task_uses_steps_and_waits_through_current_job() -> None:
 
 
 def test_a_suspended_task_reads_as_ready_and_starts_again_on_resume() -> None:
-    pytest.importorskip("django.tasks")
-    from django.tasks import TaskResultStatus
-    from django.tasks.signals import task_finished, task_started
-
+    from django_durable_jobs.tasks.compat import TaskResultStatus, task_finished, task_started
     from tests.testapp import tasks
 
     seen: list[tuple[str, str]] = []

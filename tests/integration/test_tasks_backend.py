@@ -1,8 +1,8 @@
 """DurableJobsBackend: Django's Tasks API on the job table, run by the real worker.
 
-Django >= 6.0 only (``django.tasks``); CI runs these in the Django 6 envs.
-Workers run in this process on the test database, hence
-``transaction=True`` throughout.
+On Django 6 (``django.tasks``) and on Django 5.2 with the ``django-tasks``
+backport: the names come from ``compat``, as the backend's do. Workers run
+in this process on the test database, hence ``transaction=True`` throughout.
 """
 
 from __future__ import annotations
@@ -13,15 +13,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-
-pytest.importorskip("django.tasks")
-
 from asgiref.sync import async_to_sync
 from django.core import checks
 from django.db import transaction
-from django.tasks import TaskResultStatus, task_backends
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
-from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.test import override_settings
 from django.utils import timezone
 
@@ -30,6 +24,17 @@ from django_durable_jobs.constants import QUEUE_MAX_LENGTH
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.tasks import task_options
 from django_durable_jobs.tasks.backend import DurableJobsBackend
+from django_durable_jobs.tasks.compat import (
+    TASKS_MODULE,
+    InvalidTask,
+    TaskResultDoesNotExist,
+    TaskResultMismatch,
+    TaskResultStatus,
+    task_backends,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
 from django_durable_jobs.worker import Worker
 from django_durable_jobs.worker.event_loop import THREAD_NAME
 from tests.factories import burst as burst_worker
@@ -234,7 +239,7 @@ def test_the_finished_listener_reads_nothing_without_a_durable_backend(
     from django_durable_jobs import hooks
 
     ids = dead(tasks.add.enqueue(1, 1))
-    immediate = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+    immediate = {"default": {"BACKEND": f"{TASKS_MODULE}.backends.immediate.ImmediateBackend"}}
     with override_settings(TASKS=immediate), django_assert_num_queries(0):
         hooks.jobs_finished(ids, "default")
 
@@ -631,8 +636,9 @@ def test_check_reports_the_app_missing_from_installed_apps() -> None:
 
 
 def test_checks_run_through_djangos_check_framework() -> None:
-    # django.tasks registers check_tasks, which asks every backend.
-    from django.tasks.checks import check_tasks
+    # The Tasks API registers check_tasks, which asks every backend (the
+    # backport from its AppConfig, or compat when it loads the API).
+    from django_durable_jobs.tasks.compat import check_tasks
 
     assert check_tasks in checks.registry.registry.get_checks()
     with override_settings(TASKS={"default": {"BACKEND": DURABLE, "OPTIONS": {"retries": 3}}}):

@@ -1,7 +1,7 @@
 """Per-key concurrency for Django tasks: ``task_options(concurrency_key=...)`` and
 ``OPTIONS["concurrency_limits"]``, run by the real worker in this process.
 
-Django >= 6.0 only (``django.tasks``). Overlaps are read from the rows'
+On Django 6 and on Django 5.2 with the ``django-tasks`` backport. Overlaps are read from the rows'
 ``started_at``/``completed_at``, as in ``test_concurrency_keys``.
 """
 
@@ -12,18 +12,14 @@ import uuid
 from typing import Any
 
 import pytest
-
-pytest.importorskip("django.tasks")
-
 from asgiref.sync import async_to_sync
-from django.tasks import task_backends
-from django.tasks.checks import check_tasks
 from django.test import override_settings
 
 from django_durable_jobs import IdempotencyConflict, InvalidJob, db, hooks
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.tasks import task_options
 from django_durable_jobs.tasks.bridge import task_concurrency_limits
+from django_durable_jobs.tasks.compat import TASKS_MODULE, check_tasks, task_backends
 from tests.factories import most_running_at_once
 from tests.testapp import tasks
 
@@ -149,7 +145,7 @@ def test_two_backends_limiting_one_task_give_the_worker_the_smaller_limit(
     backends = {
         "default": durable(concurrency_limits={NAP: 3}),
         "second": durable(concurrency_limits={NAP: 1, "tests.testapp.tasks.add": 0}),
-        "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
+        "immediate": {"BACKEND": f"{TASKS_MODULE}.backends.immediate.ImmediateBackend"},
     }
     with (
         override_settings(TASKS=backends),

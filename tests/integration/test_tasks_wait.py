@@ -1,6 +1,7 @@
 """``wait_result()`` and ``await_result()``: waiting for a Django task's result.
 
-Django >= 6.0 only (``django.tasks``); the worker runs in this process.
+On Django 6 and on Django 5.2 with the ``django-tasks`` backport; the
+worker runs in this process.
 """
 
 from __future__ import annotations
@@ -10,16 +11,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-pytest.importorskip("django.tasks")
-
 from asgiref.sync import sync_to_async
 from django.db import connections
-from django.tasks import TaskResultStatus, task_backends
-from django.tasks.exceptions import TaskResultDoesNotExist
 
 from django_durable_jobs.models import Job
 from django_durable_jobs.tasks import await_result, wait_result
+from django_durable_jobs.tasks.compat import (
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_backends,
+)
 from tests.factories import RunningWorker, worker_config
 from tests.testapp import tasks
 

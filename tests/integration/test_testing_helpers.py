@@ -198,6 +198,54 @@ class RunJobs(TestCase):
             run_jobs(max_attempts=5)
 
 
+class DjangoTasks(TestCase):
+    """A ``@task`` enqueued through the Tasks backend is a job: the same helpers find and run it.
+
+    On Django 6 (``django.tasks``) and on Django 5.2 with the ``django-tasks`` backport.
+    """
+
+    def test_a_task_is_found_by_its_type_and_run_with_its_result_stored(self) -> None:
+        from django_durable_jobs.tasks.compat import TaskResultStatus
+        from tests.testapp import tasks
+
+        result = tasks.add.enqueue(2, 3)
+        (job,) = assert_enqueued(type="tests.testapp.tasks.add", payload={"args": [2, 3]})
+        assert str(job.pk) == result.id
+        assert_not_enqueued(type="tests.testapp.tasks.add", payload={"args": [3, 2]})
+
+        (ran,) = run_jobs()
+        assert (ran.type, ran.status, ran.result["return_value"]) == (
+            "tests.testapp.tasks.add",
+            JobStatus.COMPLETED,
+            5,
+        )
+        done = tasks.add.get_result(result.id)
+        assert (done.status, done.return_value) == (TaskResultStatus.SUCCESSFUL, 5)
+
+    def test_a_failing_task_is_retried_inside_run_jobs(self) -> None:
+        from django_durable_jobs.tasks.compat import TaskResultStatus
+        from tests.testapp import tasks
+
+        result = tasks.fail_until.enqueue(succeed_on=2)
+        ran = run_jobs(type="tests.testapp.tasks.fail_until")
+        assert [(r.attempt, r.status) for r in ran] == [
+            (1, JobStatus.PENDING),
+            (2, JobStatus.COMPLETED),
+        ]
+        done = tasks.fail_until.get_result(result.id)
+        assert done.status == TaskResultStatus.SUCCESSFUL
+        assert done.return_value["attempt"] == 2
+        assert Execution.objects.filter(job_id=result.id).count() == 2
+
+
+def test_the_fixture_finds_and_runs_a_task(durable_jobs: DurableJobs) -> None:
+    from tests.testapp import tasks
+
+    tasks.add.enqueue(4, 5)
+    durable_jobs.assert_enqueued(type="tests.testapp.tasks.add", count=1)
+    assert [r.result["return_value"] for r in durable_jobs.run()] == [9]
+
+
 # -- pytest-django and the plugin's fixture -------------------------------
 
 

@@ -418,7 +418,6 @@ def test_an_async_handlers_spans_nest_under_its_attempt(spans: InMemorySpanExpor
 
 
 def test_a_django_task_continues_the_trace_of_its_enqueue(spans: InMemorySpanExporter) -> None:
-    pytest.importorskip("django.tasks")
     from tests.testapp import tasks
 
     with tracer().start_as_current_span("request"):

@@ -69,12 +69,11 @@ def test_a_rest_job_naming_a_module_makes_no_worker_import_it() -> None:
     assert "a worker imports no module just because a job's type names it" in job.last_error
 
 
-# --- the resolver itself (Django >= 6.0) --------------------------------------------
+# --- the resolver itself (a Tasks API: Django >= 6.0, or the backport) ----------
 
 
 @pytest.fixture
 def resolve_task() -> object:
-    pytest.importorskip("django.tasks")
     from django_durable_jobs.tasks.results import resolve_task
 
     return resolve_task
@@ -91,9 +90,8 @@ def test_a_module_that_is_neither_imported_nor_a_tasks_module_is_not_imported(
 def test_an_installed_apps_tasks_module_is_imported_for_its_tasks(
     resolve_task: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from django.tasks import Task
-
     import tests.testapp
+    from django_durable_jobs.tasks.compat import Task
     from tests.testapp import tasks
 
     # Imported afresh; both names are given back their module afterwards, or

@@ -1,4 +1,7 @@
-"""Django Tasks for the DurableJobsBackend tests (Django >= 6.0 only).
+"""Django Tasks for the DurableJobsBackend tests, on Django 6 and on Django 5.2.
+
+Imported as a project imports its tasks: ``django.tasks`` on Django >= 6.0,
+the ``django-tasks`` backport (``django_tasks``) on Django 5.2.
 
 Each run is recorded as an ``Execution`` (keyed by the task result id), so
 tests count runs exactly and see the attempt and worker of each.
@@ -12,7 +15,10 @@ import time
 import uuid
 from typing import Any
 
-from django.tasks import TaskContext, task
+try:
+    from django.tasks import TaskContext, task
+except ImportError:  # Django 5.2: the backport
+    from django_tasks import TaskContext, task
 
 from .models import Execution
 

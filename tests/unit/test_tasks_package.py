@@ -9,15 +9,17 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import django
 import pytest
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 
 import django_durable_jobs
 from django_durable_jobs import hooks
-from django_durable_jobs.tasks import TASKS_AVAILABLE, bridge
+from django_durable_jobs.tasks import TASKS_AVAILABLE, bridge, compat
 
-needs_django_6 = pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks needs Django 6")
-needs_django_5 = pytest.mark.skipif(django.VERSION >= (6, 0), reason="Django < 6 behaviour")
+needs_a_tasks_api = pytest.mark.skipif(
+    not TASKS_AVAILABLE, reason="needs django.tasks (Django 6) or the django-tasks backport"
+)
 
 PACKAGE = Path(django_durable_jobs.__file__).parent
 
@@ -36,20 +38,80 @@ def test_the_package_re_exports_what_users_call() -> None:
         assert getattr(tasks, name) is getattr(waiting, name)
 
 
-@needs_django_6
+@needs_a_tasks_api
 def test_ready_plugs_the_bridge_into_the_hooks() -> None:
     assert bridge.task_handler in hooks._resolvers
     assert bridge.announce_finished in hooks._finished_listeners
     assert bridge.task_concurrency_limits in hooks._limits_providers
 
 
-@needs_django_5
-def test_without_django_tasks_nothing_is_plugged_in() -> None:
-    assert not TASKS_AVAILABLE
-    assert bridge.task_handler not in hooks._resolvers
-    assert bridge.announce_finished not in hooks._finished_listeners
-    assert bridge.task_concurrency_limits not in hooks._limits_providers
+@pytest.fixture
+def no_tasks_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process as on Django 5.2 without the backport: compat found no Tasks API."""
+    monkeypatch.setattr(compat, "TASKS_MODULE", None)
+    monkeypatch.setattr(compat, "TASKS_AVAILABLE", False)
+    monkeypatch.setattr("django_durable_jobs.apps.TASKS_AVAILABLE", False)
+
+
+@pytest.mark.usefixtures("no_tasks_api")
+def test_without_a_tasks_api_nothing_is_plugged_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("_resolvers", "_finished_listeners", "_limits_providers"):
+        monkeypatch.setattr(hooks, name, [])
+    apps.get_app_config("durable_jobs").ready()
+    assert (hooks._resolvers, hooks._finished_listeners, hooks._limits_providers) == ([], [], [])
+    payload = {"args": [], "kwargs": {}, "backend": "default"}
+    assert bridge.task_handler("tests.testapp.tasks.add", payload) is None
     assert bridge.task_concurrency_limits() == {}
+
+
+@pytest.mark.parametrize(
+    ("version", "backport", "chosen"),
+    [
+        ((6, 1, 0, "final", 0), True, "django.tasks"),
+        ((6, 0, 0, "final", 0), False, "django.tasks"),
+        ((5, 2, 9, "final", 0), True, "django_tasks"),
+        ((5, 2, 9, "final", 0), False, None),
+    ],
+)
+def test_django_6_wins_then_the_backport_then_none(
+    version: tuple[object, ...], backport: bool, chosen: str | None
+) -> None:
+    assert compat.choose(version, backport) == chosen
+
+
+@needs_a_tasks_api
+def test_every_name_comes_from_the_api_in_use() -> None:
+    import importlib
+
+    import django
+
+    # The test envs install the backport on every Django: on 6.x it is there
+    # and must lose to django.tasks.
+    expected = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+    assert expected == compat.TASKS_MODULE
+    exceptions = importlib.import_module(f"{compat.TASKS_MODULE}.exceptions")
+    backport = compat.TASKS_MODULE == compat.BACKPORT
+    assert compat.InvalidTask is getattr(
+        exceptions, "InvalidTaskError" if backport else "InvalidTask"
+    )
+    assert compat.task is importlib.import_module(compat.TASKS_MODULE).task
+    for name, (submodule, django_name, backport_name) in compat._NAMES.items():
+        module = importlib.import_module(".".join(filter(None, [compat.TASKS_MODULE, submodule])))
+        assert getattr(compat, name) is getattr(module, backport_name if backport else django_name)
+
+
+@needs_a_tasks_api
+def test_reading_the_api_registers_its_checks() -> None:
+    # As `import django.tasks` does on Django 6; the backport does it only
+    # from its AppConfig, which a project may have left out.
+    from django.core import checks
+
+    assert compat.check_tasks in checks.registry.registry.get_checks()
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        compat.Nope  # noqa: B018
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -101,14 +163,18 @@ def test_tasks_available_is_defined_once() -> None:
         for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
         if isinstance(target, ast.Name) and target.id == "TASKS_AVAILABLE"
     ]
-    assert defining == ["tasks/__init__.py"]
+    assert defining == ["tasks/compat.py"]
 
 
-@needs_django_5
-def test_waiting_for_a_task_result_says_it_needs_django_6() -> None:
-    from django.core.exceptions import ImproperlyConfigured
-
+@pytest.mark.usefixtures("no_tasks_api")
+def test_without_a_tasks_api_waiting_for_a_result_says_what_to_install() -> None:
     from django_durable_jobs.tasks import wait_result
 
-    with pytest.raises(ImproperlyConfigured, match=r"Django >= 6\.0"):
+    with pytest.raises(ImproperlyConfigured, match=r"Django >= 6\.0.*django-durable-jobs\[tasks\]"):
         wait_result(object())  # type: ignore[arg-type]
+
+
+@pytest.mark.usefixtures("no_tasks_api")
+def test_without_a_tasks_api_its_names_say_what_to_install() -> None:
+    with pytest.raises(ImproperlyConfigured, match=r"compat\.TaskResult needs a Django Tasks API"):
+        compat.__getattr__("TaskResult")
