@@ -231,6 +231,7 @@ class Command(BaseCommand):
         )
         if options["worker_id"]:
             config.worker_id = options["worker_id"]
+        _refuse_inside_a_transaction(config.alias)
         _require_migrations(config.alias)
         worker = Worker(config)
         server = self._metrics_server(options, worker)
@@ -256,6 +257,26 @@ class Command(BaseCommand):
             raise CommandError(f"--metrics-port: {exc}") from None
         server.start()
         return server
+
+
+def _refuse_inside_a_transaction(alias: str) -> None:
+    """Refuse to run inside ``atomic()`` (a ``TestCase``'s, say): point to ``run_jobs()``.
+
+    The worker's main thread would claim on that connection, inside the
+    caller's uncommitted transaction (its handler threads, on their own
+    connections, would not see the data), log false "reaped" warnings, and
+    close the connection at the end, which breaks the tests that follow.
+    """
+    from django.db import DEFAULT_DB_ALIAS, connections
+
+    inside = [a for a in dict.fromkeys((DEFAULT_DB_ALIAS, alias)) if connections[a].in_atomic_block]
+    if inside:
+        raise CommandError(
+            f"runjobworker cannot run inside a transaction (database {inside[0]!r} is in an "
+            "atomic block, as in a django.test.TestCase): its data is not committed, and the "
+            "worker would close the connection. In tests, run the jobs on the test's own "
+            "connection with django_durable_jobs.testing.run_jobs() (docs/guides/testing.md)."
+        )
 
 
 def _require_migrations(alias: str) -> None:
