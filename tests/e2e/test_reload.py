@@ -119,6 +119,12 @@ def test_a_type_an_old_worker_does_not_know_completes_once_a_worker_that_knows_i
         WAIT_SECONDS,
         "the old worker to give the job back",
     )
+    # The line comes as the outcome is handed to the writer: wait for the write.
+    wait_for(
+        lambda: Job.objects.filter(pk=job.pk, status=JobStatus.PENDING).exists(),
+        WAIT_SECONDS,
+        "the release to be written",
+    )
     job.refresh_from_db()
     assert (job.status, job.attempts, job.errors) == (JobStatus.PENDING, 0, [])
     workers.env["E2E_EXTRA_APP"] = APP
