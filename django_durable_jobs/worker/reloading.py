@@ -89,15 +89,16 @@ def _watch(reloader: autoreload.BaseReloader, worker: Reloadable) -> None:
     def note(sender: object, file_path: object, **kwargs: object) -> None:
         changed.append(str(file_path))  # returns None: does not prevent the reload
 
-    autoreload.file_changed.connect(note, dispatch_uid="durable-jobs-reload", weak=False)
-    main = threading.main_thread()
-    reloader.wait_for_apps_ready(apps, main)
-    autoreload.autoreload_started.send(sender=reloader)
-    logger.info("Watching for code changes with %s (--reload)", type(reloader).__name__)
+    autoreload.file_changed.connect(note, weak=False)
     try:
+        reloader.wait_for_apps_ready(apps, threading.main_thread())
+        autoreload.autoreload_started.send(sender=reloader)
+        logger.info("Watching for code changes with %s (--reload)", type(reloader).__name__)
         reloader.run_loop()
     except SystemExit:
         worker.reload(changed[-1] if changed else "a watched file")
+    finally:
+        autoreload.file_changed.disconnect(note)
 
 
 def supervise() -> int:

@@ -62,6 +62,7 @@ def test_a_signal_during_the_reload_means_stop_not_restart(
     worker = FakeWorker()
     worker.signalled = True
     assert reloading.serve(worker) == 0
+    assert worker.reloaded == ["/app/jobs.py"]
 
 
 def child_exiting_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, codes: list[int]) -> Path:
