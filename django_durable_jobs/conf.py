@@ -240,6 +240,14 @@ SETTINGS: dict[str, Setting] = {
         "failed; the thread is never interrupted) before the worker stops claiming, lets its "
         "other jobs finish and recycles itself (exit code 3).",
     ),
+    "UNKNOWN_TYPE_DEAD_AFTER_SECONDS": Setting(
+        3600.0,
+        _non_negative_seconds,
+        "a number >= 0",
+        "How long after its creation a job whose type no worker that claims it has a handler "
+        "for may wait for one: until then a worker gives it back (its attempt not counted, "
+        "available again 5 s later); after it, the job goes dead. 0: dead at the first claim.",
+    ),
     "POLL_INTERVAL_SECONDS": Setting(
         2.0,
         _positive_seconds,

@@ -107,6 +107,12 @@ if prometheus_client is not None:
         ["queue"],
         buckets=WAIT_BUCKETS,
     )
+    UNKNOWN_TYPE = prometheus_client.Counter(
+        "durable_jobs_unknown_type",
+        "Jobs given back (not counted as attempts) by a worker that has no handler for their "
+        "type, for a worker that has one.",
+        ["queue", "type"],
+    )
     REAPED = prometheus_client.Counter(
         "durable_jobs_reaped", "Expired leases reaped (jobs returned to pending or dead)."
     )
@@ -230,6 +236,12 @@ def record_released(job: ClaimedJob) -> None:
     """A job given back unfinished (shutdown): no longer in flight, no attempt counted."""
     if ENABLED:
         _queue_children(job.queue)[0].dec()
+
+
+def record_unknown_type(queue: str, type: str) -> None:
+    """A job given back because this worker has no handler for its type."""
+    if ENABLED:
+        UNKNOWN_TYPE.labels(queue, type).inc()
 
 
 def record_unrecorded(count: int) -> None:

@@ -186,7 +186,9 @@ def run_jobs(
             skipped.add(job_id)
             continue
         (job,) = claimed
-        outcome = execute(job, WORKER_ID, policy, using=alias, fresh_connection=False)
+        outcome = execute(
+            job, WORKER_ID, policy, using=alias, fresh_connection=False, give_back_unknown=False
+        )
         if outcome is not None:  # None: the handler suspended the job (written already)
             db.record_outcomes(alias, [outcome], history_limit=history)
         if only is not None:

@@ -34,7 +34,8 @@ claimed AS (
 -- An UPDATE returns its rows in join order, not the claim's: sorted again,
 -- so the worker starts a batch claimed ahead in claim order.
 SELECT id, type, queue, payload, attempts, max_attempts, lease_token, available_at,
-    started_at, idempotency_key, timeout, dependent_count, parent_count, trace_context
+    started_at, idempotency_key, timeout, dependent_count, parent_count, trace_context,
+    created_at
 FROM claimed
 ORDER BY priority DESC, available_at, created_at;
 
@@ -121,7 +122,7 @@ finished_notified AS (
 )
 
 -- record_outcomes --
--- Record the outcomes of a batch of attempts in one statement: each row's transition (complete, retry, dead, release, cancel) says what it writes. Each outcome is fenced by its claim's lease token: an outcome from a worker whose lease was reaped (and maybe claimed again) matches no row and changes nothing. A retry or release of a job whose cancel was requested (cancel_requested_at) ends it cancelled instead: the worker had not heard of the request yet, and a cancelled job must not run again. With %(without_dependents)s, only jobs without dependents are written: a job that gained a child since its worker claimed it is left to a write in a transaction that releases its children (db.record_outcomes), since this statement's snapshot may not see the child. The jobs it finishes are NOTIFYed at commit (_finished_notified). Returns the ids written, their new status and dependent_count.
+-- Record the outcomes of a batch of attempts in one statement: each row's transition (complete, retry, dead, release, cancel) says what it writes (a release with a delay_us is available again that much later). Each outcome is fenced by its claim's lease token: an outcome from a worker whose lease was reaped (and maybe claimed again) matches no row and changes nothing. A retry or release of a job whose cancel was requested (cancel_requested_at) ends it cancelled instead: the worker had not heard of the request yet, and a cancelled job must not run again. With %(without_dependents)s, only jobs without dependents are written: a job that gained a child since its worker claimed it is left to a write in a transaction that releases its children (db.record_outcomes), since this statement's snapshot may not see the child. The jobs it finishes are NOTIFYed at commit (_finished_notified). Returns the ids written, their new status and dependent_count.
 WITH outcome AS (
     -- Row: [id, lease_token, transition, result, delay_us, run_at,
     --       last_error, error_entry]
@@ -152,9 +153,14 @@ SET status = CASE
         THEN now()
     END,
     available_at = CASE
-        -- A release keeps available_at: the job never ran (a tick stays on its tick).
         WHEN outcome.transition = 'retry' AND job.cancel_requested_at IS NULL
         THEN COALESCE(outcome.run_at, now() + COALESCE(outcome.delay_us, 0) * interval '1 microsecond')
+        -- A release with a delay: a job of a type its worker has no handler
+        -- for, given back for a worker that has one (worker/unknown_types.py),
+        -- not claimed again by this one at once.
+        WHEN outcome.transition = 'release' AND outcome.delay_us > 0 AND job.cancel_requested_at IS NULL
+        THEN now() + outcome.delay_us * interval '1 microsecond'
+        -- A release at shutdown keeps available_at: the job never ran (a tick stays on its tick).
         ELSE job.available_at
     END,
     -- A release (shutdown) gives the attempt back: it never really ran.

@@ -24,7 +24,8 @@ class Transition(str, enum.Enum):
     RETRY = "retry"
     #: A failed attempt with none left, or ``Discard``: ``dead``.
     DEAD = "dead"
-    #: Given back unfinished (shutdown): ``pending`` now, the attempt not counted.
+    #: Given back unfinished (shutdown): ``pending`` now, the attempt not counted;
+    #: with a ``delay_us``, available again that much later (a type without a handler).
     RELEASE = "release"
     #: The job was cancelled while it ran: ``cancelled``, never retried.
     CANCEL = "cancel"
@@ -50,6 +51,9 @@ class ClaimedJob(NamedTuple):
     parent_count: int = 0
     #: The W3C trace context stored at enqueue (``tracing``); None: none.
     trace_context: dict[str, str] | None = None
+    #: When the job was enqueued: how long a job of a type no worker knows
+    #: may wait for one (``worker/unknown_types.py``). None: not known.
+    created_at: datetime | None = None
 
 
 class Outcome(NamedTuple):

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from django.db import close_old_connections
+from django.utils import timezone
 
 from .. import db, hooks, signals, tracing
 from ..backoff import RetryPolicy
@@ -25,10 +26,10 @@ from ..context import JobContext, _current_job
 from ..db.records import ClaimedJob, Outcome, Transition
 from ..exceptions import Discard, JobCancelled, JobTimeout, LeaseLost, Retry, Suspended
 from ..registry import Handler, registry
-from . import outcomes
+from . import outcomes, unknown_types
 from .attempts import Attempt, State
 from .event_loop import EventLoop, run_once
-from .outcomes import Failure, describe, release
+from .outcomes import describe, release
 
 
 class AttemptStarter(Protocol):
@@ -74,6 +75,7 @@ def execute(
     lease_seconds: float | None = None,
     using: str | None = None,
     fresh_connection: bool = True,
+    give_back_unknown: bool = True,
 ) -> Outcome | None:
     """Run ``job``'s handler once; return the outcome to record.
 
@@ -92,24 +94,16 @@ def execute(
     thread waiting for it; without one, on a loop of its own.
     ``fresh_connection=False`` keeps this thread's connection as it is
     (``testing.run_jobs``: the test's, inside its transaction).
+
+    A job of a type with no handler here is given back for a worker that
+    has one (``unknown_types.py``); ``give_back_unknown=False`` sends it
+    ``dead`` at once instead (``run_jobs``: a test has no other worker).
     """
     log_fields = _log_fields(job, worker_id)
     # Not a @job type: maybe an integration's (a Django Tasks @task).
     handler = registry.get(job.type) or hooks.resolve_handler(job.type, job.payload)
     if handler is None:
-        message = (
-            f"No handler is registered for job type {job.type!r} in worker {worker_id}: "
-            "declare it with @job in an installed app's jobs module (a Django task: with "
-            "@task in an installed app's tasks module; a worker imports no module just "
-            "because a job's type names it)."
-        )
-        logger.error(
-            "Job dead id=%s type=%s attempt=%s/%s worker=%s duration=0.000: no handler",
-            job.id, job.type, job.attempt, job.max_attempts, worker_id, extra=log_fields,
-        )  # fmt: skip
-        return outcomes.dead(
-            job, worker_id, Failure(message, "django_durable_jobs.UnknownJobType", "")
-        )
+        return _no_handler(job, worker_id, give_back_unknown)
 
     attempt = None
     if watchdog is not None:
@@ -152,6 +146,17 @@ def execute(
         traced.end("suspended", None)
     else:
         traced.end(*_span_ending(job, outcome, attempt))
+    return outcome
+
+
+def _no_handler(job: ClaimedJob, worker_id: str, give_back: bool) -> Outcome:
+    """No handler for ``job``'s type here: given back, or dead (see ``unknown_types``)."""
+    dead_after = float(jobs_settings.UNKNOWN_TYPE_DEAD_AFTER_SECONDS) if give_back else 0.0
+    outcome = unknown_types.outcome(job, worker_id, now=timezone.now(), dead_after=dead_after)
+    if outcome.transition is Transition.DEAD:
+        unknown_types.warnings.dead(job, worker_id)
+    else:
+        unknown_types.warnings.given_back(job, worker_id, dead_after)
     return outcome
 
 

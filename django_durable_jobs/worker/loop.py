@@ -70,6 +70,10 @@ class Worker:
         self._notified = False
         self._wakes = WakeTimes()  # when jobs it suspended or retried fall due
         self._stopping = False
+        # A stop asked by a SIGTERM/SIGINT, and one asked by --reload (a code
+        # change): a signal during a reload's stop is still the first press.
+        self._signalled = False
+        self._reload_of: str | None = None
         # A thread ignored its time limit: stop claiming, finish, exit 3.
         self._recycle = False
         # Each slot's thread runs handoff.SlotRunner (made below, started by run()).
@@ -192,10 +196,37 @@ class Worker:
             self._stopping = True
             self._wake_locked()
 
+    def reload(self, path: str) -> None:
+        """Stop gracefully for a restart with new code (``--reload``: ``path`` changed).
+
+        As a first SIGTERM: no new jobs, running ones get the grace period,
+        then are released uncounted. Unlike it, a SIGTERM/SIGINT afterwards
+        is still the first (a graceful stop, and no restart), not a forced exit.
+        """
+        logger.info(
+            "%s changed: reloading (no new jobs; in-flight jobs have %ss to finish, then a "
+            "new process runs the new code)",
+            path, self.config.grace_period, extra={"worker_id": self.config.worker_id},
+        )  # fmt: skip
+        with self._cond:
+            self._reload_of = path
+            self._stopping = True
+            self._wake_locked()
+
+    @property
+    def reloading(self) -> bool:
+        """Whether the worker stopped for a reload (and no signal asked it to stop)."""
+        return self._reload_of is not None and not self._signalled
+
+    def _stop_by_signal(self) -> None:
+        self._signalled = True
+        self.stop()
+
     def _install_signal_handlers(self) -> None:
         stopping.install_signal_handlers(
-            stopping=lambda: self._stopping,
-            stop=self.stop,
+            # A stop of a reload's is not a first signal.
+            stopping=lambda: self._signalled or (self._stopping and self._reload_of is None),
+            stop=self._stop_by_signal,
             force_exit=self._force_exit,
             grace_period=self.config.grace_period,
         )

@@ -157,13 +157,30 @@ def retry(
     )
 
 
-def release(job_id: uuid.UUID, lease_token: uuid.UUID) -> Outcome:
-    """Give the job back (shutdown): pending now, the attempt not counted.
+def release(
+    job_id: uuid.UUID,
+    lease_token: uuid.UUID,
+    *,
+    delay: float = 0.0,
+    queue: str = "",
+    type: str = "",
+) -> Outcome:
+    """Give the job back: pending, the attempt not counted.
 
+    At shutdown (no ``delay``): available as it was, at once. With a
+    ``delay`` (a type this worker has no handler for): available again that
+    many seconds later, so that this worker does not claim it back at once.
     Without the job's ``dependent_count``: a job with dependents is written
-    on the second try (``db.record_outcomes``), which shutdowns can afford.
+    on the second try (``db.record_outcomes``), which releases can afford.
     """
-    return Outcome(job_id, lease_token, Transition.RELEASE, delay_us=0)
+    return Outcome(
+        job_id,
+        lease_token,
+        Transition.RELEASE,
+        delay_us=round(delay * 1_000_000),
+        queue=queue,
+        type=type,
+    )
 
 
 def cancelled_failure(detail: str = "") -> Failure:

@@ -147,12 +147,16 @@ def test_retry_reschedules_the_job_when_asked() -> None:
     assert timedelta(seconds=299) < job.available_at - job.updated_at < timedelta(seconds=301)
 
 
-def test_an_unregistered_type_goes_dead_with_a_clear_error() -> None:
+@override_settings(DURABLE_JOBS={"UNKNOWN_TYPE_DEAD_AFTER_SECONDS": 0})
+def test_an_unregistered_type_goes_dead_with_a_clear_error_when_it_may_not_wait() -> None:
+    # With the wait at 0, the old rule: dead at the first claim. (Given back
+    # otherwise: tests/integration/test_unknown_types.py.)
     job = enqueue("nobody.handles.this").job
     drain()
     job.refresh_from_db()
     assert (job.status, job.attempts) == (JobStatus.DEAD, 1)
     assert "No handler is registered for job type 'nobody.handles.this'" in job.last_error
+    assert job.errors[0]["exception"] == "django_durable_jobs.UnknownJobType"
 
 
 def test_an_unserialisable_result_completes_without_a_result() -> None:

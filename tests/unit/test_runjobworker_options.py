@@ -147,6 +147,8 @@ def test_seconds() -> None:
         (["--queues", "emails:4,default"], "gives slots to some queues but not to default"),
         (["--concurrency", "16-2"], "the minimum 16 is more than the maximum 2"),
         (["--queues", "a,,b"], "not a comma-separated list"),
+        (["--reload", "--burst"], "--reload cannot be combined with --burst"),
+        (["--reload", "--metrics-port", "9100"], "--reload cannot be combined with --metrics"),
     ],
 )
 def test_call_command_reports_bad_flags_as_command_errors(args: list[str], message: str) -> None:

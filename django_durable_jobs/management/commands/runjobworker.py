@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...authorization import APP_LABEL
 from ...conf import jobs_settings
 from ...durations import parse_seconds
-from ...worker import Worker, WorkerConfig
+from ...worker import Worker, WorkerConfig, reloading
 from ...worker.metrics_server import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from ...worker.metrics_server import MetricsServer
 from ...worker.pool import SCALE_DOWN_AFTER_SECONDS
@@ -106,7 +106,7 @@ class Command(BaseCommand):
     help = (
         "Run a durable-jobs worker: claim jobs from PostgreSQL and run their handlers. "
         "The first SIGTERM/SIGINT stops claiming and lets running jobs finish within the "
-        "grace period; a second one exits at once."
+        "grace period; a second one exits at once. --reload restarts it on code changes."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -136,6 +136,12 @@ class Command(BaseCommand):
             "--burst",
             action="store_true",
             help="Exit 0 once no runnable job is left (tests, cron-style use).",
+        )
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="Restart on code changes, as runserver does (development): a change stops "
+            "the worker gracefully, as a SIGTERM, then a new process runs the new code.",
         )
         parser.add_argument(
             "--grace-period",
@@ -231,11 +237,29 @@ class Command(BaseCommand):
         )
         if options["worker_id"]:
             config.worker_id = options["worker_id"]
+        reload = options.get("reload", False)
+        if reload and config.burst:
+            raise CommandError(
+                "--reload cannot be combined with --burst (a burst worker exits once no job "
+                "is left; there is nothing to restart)"
+            )
+        if reload and options.get("metrics_port") is not None:
+            raise CommandError(
+                "--reload cannot be combined with --metrics-port (--reload is for development; "
+                "each restart would be a new process for Prometheus, its counters back at 0)"
+            )
+        _refuse_inside_a_transaction(config.alias)
+        if reload and not reloading.is_child():
+            # The parent: no worker, no database; the child checks and runs.
+            exit_code = reloading.supervise()
+            if exit_code:
+                raise SystemExit(exit_code)
+            return
         _require_migrations(config.alias)
         worker = Worker(config)
         server = self._metrics_server(options, worker)
         try:
-            exit_code = worker.run()
+            exit_code = reloading.serve(worker) if reload else worker.run()
         finally:
             if server is not None:
                 server.stop()
@@ -256,6 +280,26 @@ class Command(BaseCommand):
             raise CommandError(f"--metrics-port: {exc}") from None
         server.start()
         return server
+
+
+def _refuse_inside_a_transaction(alias: str) -> None:
+    """Refuse to run inside ``atomic()`` (a ``TestCase``'s, say): point to ``run_jobs()``.
+
+    The worker's main thread would claim on that connection, inside the
+    caller's uncommitted transaction (its handler threads, on their own
+    connections, would not see the data), log false "reaped" warnings, and
+    close the connection at the end, which breaks the tests that follow.
+    """
+    from django.db import DEFAULT_DB_ALIAS, connections
+
+    inside = [a for a in dict.fromkeys((DEFAULT_DB_ALIAS, alias)) if connections[a].in_atomic_block]
+    if inside:
+        raise CommandError(
+            f"runjobworker cannot run inside a transaction (database {inside[0]!r} is in an "
+            "atomic block, as in a django.test.TestCase): its data is not committed, and the "
+            "worker would close the connection. In tests, run the jobs on the test's own "
+            "connection with django_durable_jobs.testing.run_jobs() (docs/guides/testing.md)."
+        )
 
 
 def _require_migrations(alias: str) -> None:
