@@ -2,8 +2,41 @@
 
 from __future__ import annotations
 
+import time
+
+from .config import WorkerConfig
 from .listener import Listener
 from .maintenance import Maintenance
+
+
+class WorkerHealth:
+    """``/healthz``'s questions, asked of a ``Worker`` (its base class): answered from the
+    state the worker keeps, by the functions below."""
+
+    config: WorkerConfig
+    listener: Listener | None
+    maintenance: Maintenance
+    loop_alive: bool
+    claim_failing: bool
+
+    def healthy(self, now: float | None = None) -> bool:
+        """The loop, its claims and the heartbeats work."""
+        return healthy(
+            time.monotonic() if now is None else now,
+            loop_alive=self.loop_alive,
+            claim_failing=self.claim_failing,
+            maintenance=self.maintenance,
+            poll_interval=self.config.poll_interval,
+        )
+
+    @property
+    def notifications_arriving(self) -> bool | None:
+        """Whether the last probe of the LISTEN connection arrived (None: not known)."""
+        return notifications_arriving(self.listener)
+
+    def health_notes(self) -> list[str]:
+        """Lines that qualify ``/healthz``'s answer."""
+        return health_notes(self.listener, self.config.poll_interval)
 
 
 def healthy(

@@ -55,7 +55,7 @@ MAX_BACKLOG_PER_SLOT = 50
 CLAIM_RETRY_CAP_SECONDS = 30.0
 
 
-class Worker:
+class Worker(health.WorkerHealth):
     def __init__(self, config: WorkerConfig, *, clock: Clock = time.monotonic) -> None:
         self.config = config
         self.policy = RetryPolicy.from_settings()
@@ -70,8 +70,7 @@ class Worker:
         self._notified = False
         self._wakes = WakeTimes()  # when jobs it suspended or retried fall due
         self._stopping = False
-        # A stop asked by a SIGTERM/SIGINT, and one asked by --reload (a code
-        # change): a signal during a reload's stop is still the first press.
+        # A stop by SIGTERM/SIGINT; one by --reload (which a signal does not force).
         self._signalled = False
         self._reload_of: str | None = None
         # A thread ignored its time limit: stop claiming, finish, exit 3.
@@ -190,26 +189,11 @@ class Worker:
             self._shutdown()
         return EXIT_RECYCLE if self._recycle else EXIT_OK
 
-    def stop(self) -> None:
-        """Ask for a graceful stop (what the first SIGTERM/SIGINT does)."""
+    def stop(self, reload_of: str | None = None) -> None:
+        """Ask for a graceful stop: a first SIGTERM/SIGINT, or ``--reload`` (``reload_of``
+        changed; a signal during that stop is still the first press, not a forced exit)."""
         with self._cond:
-            self._stopping = True
-            self._wake_locked()
-
-    def reload(self, path: str) -> None:
-        """Stop gracefully for a restart with new code (``--reload``: ``path`` changed).
-
-        As a first SIGTERM: no new jobs, running ones get the grace period,
-        then are released uncounted. Unlike it, a SIGTERM/SIGINT afterwards
-        is still the first (a graceful stop, and no restart), not a forced exit.
-        """
-        logger.info(
-            "%s changed: reloading (no new jobs; in-flight jobs have %ss to finish, then a "
-            "new process runs the new code)",
-            path, self.config.grace_period, extra={"worker_id": self.config.worker_id},
-        )  # fmt: skip
-        with self._cond:
-            self._reload_of = path
+            self._reload_of = self._reload_of or reload_of
             self._stopping = True
             self._wake_locked()
 
@@ -505,25 +489,6 @@ class Worker:
             "Worker stopped worker=%s claimed=%s", c.worker_id, self.claimed,
             extra={"worker_id": c.worker_id},
         )  # fmt: skip
-
-    def healthy(self, now: float | None = None) -> bool:
-        """For ``/healthz`` (``health.py``): the loop, its claims and the heartbeats work."""
-        return health.healthy(
-            time.monotonic() if now is None else now,
-            loop_alive=self.loop_alive,
-            claim_failing=self.claim_failing,
-            maintenance=self.maintenance,
-            poll_interval=self.config.poll_interval,
-        )
-
-    @property
-    def notifications_arriving(self) -> bool | None:
-        """Whether the last probe of the LISTEN connection arrived (None: not known)."""
-        return health.notifications_arriving(self.listener)
-
-    def health_notes(self) -> list[str]:
-        """For ``/healthz``: lines that qualify its answer."""
-        return health.health_notes(self.listener, self.config.poll_interval)
 
     def _force_exit(self) -> None:
         """Second signal: record what is known, give back what runs, exit 1 (``stopping.py``)."""

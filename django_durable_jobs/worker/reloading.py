@@ -55,7 +55,7 @@ class Reloadable(Protocol):
     """What ``serve`` needs of a ``Worker``."""
 
     def run(self) -> int: ...
-    def reload(self, path: str) -> None: ...
+    def stop(self, reload_of: str | None = None) -> None: ...
     @property
     def reloading(self) -> bool: ...
 
@@ -96,7 +96,12 @@ def _watch(reloader: autoreload.BaseReloader, worker: Reloadable) -> None:
         logger.info("Watching for code changes with %s (--reload)", type(reloader).__name__)
         reloader.run_loop()
     except SystemExit:
-        worker.reload(changed[-1] if changed else "a watched file")
+        path = changed[-1] if changed else "a watched file"
+        logger.info(
+            "%s changed: reloading (no new jobs; in-flight jobs get the grace period, then a "
+            "new process runs the new code)", path,
+        )  # fmt: skip
+        worker.stop(reload_of=path)
     finally:
         autoreload.file_changed.disconnect(note)
 

@@ -28,7 +28,7 @@ class FakeReloader(autoreload.BaseReloader):
 
 
 class FakeWorker:
-    """Runs until ``reload`` (or ``stop``) is called, as ``Worker.run`` does."""
+    """Runs until ``stop`` is called (with ``reload_of`` for a reload), as ``Worker.run`` does."""
 
     def __init__(self) -> None:
         self.reloaded: list[str] = []
@@ -39,8 +39,9 @@ class FakeWorker:
         assert self._stopped.wait(10)
         return 0
 
-    def reload(self, path: str) -> None:
-        self.reloaded.append(path)
+    def stop(self, reload_of: str | None = None) -> None:
+        if reload_of is not None:
+            self.reloaded.append(reload_of)
         self._stopped.set()
 
     @property
@@ -109,7 +110,7 @@ def test_a_signal_during_a_reloads_stop_is_the_first_press_not_a_forced_exit(
     forced: list[bool] = []
     installed["force_exit"] = lambda: forced.append(True)
     handle = stopping.signal_handler(**installed, clock=iter([0.0, 5.0]).__next__)
-    worker.reload("/app/jobs.py")
+    worker.stop(reload_of="/app/jobs.py")
     assert worker.reloading
     handle(signal.SIGTERM, None)  # during the reload's stop: the first press
     assert (forced, worker.reloading) == ([], False)  # a stop now, not a restart
