@@ -20,6 +20,10 @@ class DurableJobsConfig(AppConfig):
         # Handlers live in each app's `jobs` module, as admin classes live
         # in `admin.py`; importing them fills the registry.
         autodiscover_modules("jobs")
+        # DURABLE_JOBS["RUN_IMMEDIATELY"], read at each enqueue (override_settings works).
+        from . import immediate
+
+        hooks.add_enqueue_listener(immediate.jobs_enqueued)
         # The core never imports the Django Tasks integration: it calls the
         # hooks, and this is where the two meet. Without django.tasks
         # (Django < 6.0) no row can be a task, so nothing is registered.
