@@ -64,10 +64,13 @@ class InATestCase(TestCase):
         assert [r.id for r in run_jobs()] == [job.pk]
 
     def test_a_rolled_back_enqueue_runs_nothing(self) -> None:
-        with self.captureOnCommitCallbacks(execute=True) as callbacks:
-            with pytest.raises(RuntimeError), transaction.atomic():
-                enqueue("tests.record")
-                raise RuntimeError("roll back")
+        with (
+            self.captureOnCommitCallbacks(execute=True) as callbacks,
+            pytest.raises(RuntimeError),
+            transaction.atomic(),
+        ):
+            enqueue("tests.record")
+            raise RuntimeError("roll back")
         assert callbacks == []
         assert not Job.objects.exists() and not Execution.objects.exists()
 
