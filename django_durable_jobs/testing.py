@@ -23,9 +23,9 @@ See ``docs/guides/testing.md``.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Collection, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,11 +52,20 @@ ENQUEUED_STATUSES = (JobStatus.PENDING, JobStatus.WAITING)
 #: Jobs listed in a failed assertion's message.
 LISTED = 20
 
-#: The run in progress here: its database alias, and the set that jobs
-#: enqueued during it join (``enqueued_during_run``).
-_current_run: ContextVar[tuple[str, set[uuid.UUID]] | None] = ContextVar(
-    "durable_jobs_testing_run", default=None
-)
+
+class _Runs(threading.local):
+    """The run in progress on this thread: its database alias, and the set that
+    jobs enqueued during it join (``enqueued_during_run``); None: no run.
+
+    Per thread, not a context variable: an async handler runs in a fresh
+    context, but its thread-sensitive ``sync_to_async`` calls (the ORM's)
+    run on this thread, where the run is.
+    """
+
+    current: tuple[str, set[uuid.UUID]] | None = None
+
+
+_runs = _Runs()
 
 
 @dataclass(frozen=True)
@@ -196,7 +205,7 @@ def enqueued_during_run(alias: str) -> set[uuid.UUID] | None:
     mode) must not start a second run in the middle of this one: the run in
     progress takes the new jobs if its own rules say so.
     """
-    current = _current_run.get()
+    current = _runs.current
     if current is None or current[0] != alias:
         return None
     return current[1]
@@ -302,7 +311,7 @@ def _run(
     # The immediate mode's run takes the jobs enqueued during it; run_jobs()
     # keeps to its own rules (its filters, until_empty), so they join nothing.
     joining = only if only is not None and not once else set()
-    token = _current_run.set((alias, joining))
+    outer, _runs.current = _runs.current, (alias, joining)
     try:
         while (job_id := _next(runnable, only, passed)) is not None:
             if len(ran) >= max_attempts:
@@ -324,7 +333,7 @@ def _run(
                 passed.add(job_id)
             ran.append(_ran(alias, job_id, job.attempt))
     finally:
-        _current_run.reset(token)
+        _runs.current = outer
     return ran
 
 

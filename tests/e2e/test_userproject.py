@@ -53,9 +53,10 @@ def shop_environment() -> dict[str, str]:
     return {key: value for key, value in env.items() if value != ""}
 
 
-def test_the_shops_own_tests_pass(django_db_setup: None) -> None:
+def run_shop_tests(*args: str) -> int:
+    """``pytest -q *args`` in the shop; the number of tests passed, failing unless all did."""
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q"],
+        [sys.executable, "-m", "pytest", "-q", *args],
         cwd=USERPROJECT,
         env=shop_environment(),
         capture_output=True,
@@ -67,4 +68,16 @@ def test_the_shops_own_tests_pass(django_db_setup: None) -> None:
     summary = result.stdout.strip().splitlines()[-1]
     passed = re.fullmatch(r"(\d+) passed in [\d.]+s", summary)
     assert passed, f"not only passes: {summary!r}\n{output}"
-    assert int(passed.group(1)) >= AT_LEAST, output
+    return int(passed.group(1))
+
+
+def test_the_shops_own_tests_pass(django_db_setup: None) -> None:
+    assert run_shop_tests() >= AT_LEAST
+
+
+def test_a_module_whose_only_database_fixture_is_durable_jobs_gets_its_database(
+    django_db_setup: None,
+) -> None:
+    # Alone, no TestCase and no `db` of its own: the plugin marks its tests for
+    # pytest-django, which creates only the databases that tests ask for.
+    assert run_shop_tests("signups/test_signup.py") == 2

@@ -88,12 +88,13 @@ class InATestCase(TestCase):
         assert first.pk < second.pk
 
     def test_a_job_that_a_job_enqueues_joins_the_run(self) -> None:
-        parent = enqueue("tests.enqueues", {"type": "tests.parent_status"}).job
-        row = Job.objects.get(pk=parent.pk)
-        assert row.status == JobStatus.COMPLETED
-        child = Job.objects.get(pk=row.result["enqueued"])
-        # It ran once its parent's attempt had ended, not inside it.
-        assert (child.status, child.result) == (JobStatus.COMPLETED, JobStatus.COMPLETED)
+        for parent_type in ("tests.enqueues", "tests.aenqueues"):  # sync, async
+            parent = enqueue(parent_type, {"type": "tests.parent_status"}).job
+            row = Job.objects.get(pk=parent.pk)
+            assert row.status == JobStatus.COMPLETED, row.last_error
+            child = Job.objects.get(pk=row.result["enqueued"])
+            # It ran once its parent's attempt had ended, not inside it.
+            assert (child.status, child.result) == (JobStatus.COMPLETED, JobStatus.COMPLETED)
 
     def test_a_child_job_runs_and_its_parent_completes(self) -> None:
         parent = enqueue("tests.steps.parent", {"child": "tests.record"}).job

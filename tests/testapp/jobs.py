@@ -33,6 +33,17 @@ def enqueues(ctx: JobContext) -> dict[str, str]:
     return {"enqueued": str(child.pk)}
 
 
+@job("tests.aenqueues")
+async def aenqueues(ctx: JobContext) -> dict[str, str]:
+    """``tests.enqueues`` from a coroutine: the enqueue through ``sync_to_async``."""
+    from asgiref.sync import sync_to_async
+
+    from django_durable_jobs import enqueue
+
+    child = await sync_to_async(enqueue)(ctx.payload["type"], {"from": str(ctx.id)})
+    return {"enqueued": str(child.job.pk)}
+
+
 @job("tests.parent_status")
 def parent_status(ctx: JobContext) -> str:
     """The status of the job ``payload["from"]`` names, as this job runs."""
