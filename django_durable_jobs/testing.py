@@ -18,6 +18,10 @@ its turn comes), and paused queues are left alone (their jobs are not run).
 An event wait ends when the test emits the event (``emit_event``), or at its
 timeout, which the clock does not pass over (the wait would time out).
 
+``run_enqueued()`` is the same run for the immediate mode
+(``RUN_IMMEDIATELY``, ``immediate.py``): the jobs an enqueue created, and
+those that they release or enqueue.
+
 See ``docs/guides/testing.md``.
 """
 
