@@ -21,6 +21,10 @@ class DurableJobsConfig(AppConfig):
         # Handlers live in each app's `jobs` module, as admin classes live
         # in `admin.py`; importing them fills the registry.
         autodiscover_modules("jobs")
+        # DURABLE_JOBS["RUN_IMMEDIATELY"], read at each enqueue (override_settings works).
+        from . import immediate
+
+        hooks.add_enqueue_listener(immediate.jobs_enqueued)
         # The core never imports the Django Tasks integration: it calls the
         # hooks, and this is where the two meet. Without a Tasks API
         # (Django < 6.0 without the django-tasks backport; tasks/compat.py

@@ -279,3 +279,32 @@ def check_rest_enqueue_policy(app_configs: Any = None, **kwargs: Any) -> list[ch
                     )
                 )
     return messages
+
+
+W012 = (
+    "{name}['RUN_IMMEDIATELY'] is True outside a test run, with DEBUG off: every job runs in "
+    "the process that enqueues it (a web request, a worker's handler or scheduler), not in a "
+    "worker."
+)
+W012_HINT = (
+    "The immediate mode is for tests: set it in your test settings only, or with "
+    "override_settings in the tests that want it. See docs/guides/testing.md."
+)
+
+
+@checks.register(checks.Tags.compatibility)
+def check_immediate_mode(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W012: ``RUN_IMMEDIATELY`` is for tests; on with ``DEBUG`` off outside one, say so.
+
+    Django's test runner and pytest-django turn ``DEBUG`` off and run the
+    checks in the test environment, where ``mail.outbox`` exists (Django
+    sets it up for the test run and removes it after): no warning there.
+    """
+    from django.core import mail
+
+    user = getattr(settings, SETTINGS_NAME, None)
+    if not isinstance(user, Mapping) or user.get("RUN_IMMEDIATELY") is not True:
+        return []
+    if settings.DEBUG or hasattr(mail, "outbox"):
+        return []
+    return [checks.Warning(W012.format(name=SETTINGS_NAME), hint=W012_HINT, id="durable_jobs.W012")]

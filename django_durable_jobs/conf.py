@@ -298,6 +298,14 @@ SETTINGS: dict[str, Setting] = {
         "context with each job and workers trace each attempt (docs/guides/monitoring.md); "
         "without it, nothing happens either way.",
     ),
+    "RUN_IMMEDIATELY": Setting(
+        False,
+        _bool,
+        "True or False",
+        "For tests only: each job enqueue(), enqueue_many(), chain() and group() create runs in "
+        "the enqueuing process, as run_jobs() runs it, once the caller's transaction commits "
+        "(a test's own transaction does not count: at once); checked by W012.",
+    ),
     "API_MAX_BODY_BYTES": Setting(
         1_048_576,
         _positive_int,

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from . import db
-from .enqueueing import EnqueueResult, insert_specs, spec_from_item
+from .enqueueing import EnqueueResult, announced, insert_specs, spec_from_item
 from .ids import new_job_id
 from .models import DependencyKind, JobDependency
 from .validation import Defaults, JobSpec
@@ -41,14 +41,14 @@ def chain(*specs: Mapping[str, Any], using: str | None = None) -> list[EnqueueRe
     if parsed and _linkable(parsed):
         ids = [new_job_id() for _ in parsed]
         linked = [spec if i == 0 else _after(spec, [ids[i - 1]]) for i, spec in enumerate(parsed)]
-        return insert_specs(alias, linked, names=names, ids=ids)
+        return announced(alias, insert_specs(alias, linked, names=names, ids=ids))
     results: list[EnqueueResult] = []
     with transaction.atomic(using=alias):
         for index, spec in enumerate(parsed):
             if results:
                 spec = _after(spec, [results[-1].job.pk])
             results.extend(insert_specs(alias, [spec], names=[names[index]]))
-    return results
+    return announced(alias, results)
 
 
 def group(
@@ -74,13 +74,13 @@ def group(
     if callback is not None and _linkable([*members, callback]):
         ids = [new_job_id() for _ in range(len(members) + 1)]
         shape = [*members, _after(callback, ids[:-1])]
-        return insert_specs(alias, shape, names=[*names, "then"], ids=ids)
+        return announced(alias, insert_specs(alias, shape, names=[*names, "then"], ids=ids))
     with transaction.atomic(using=alias):
         results = insert_specs(alias, members, names=names) if members else []
         if callback is not None:
             parents = [result.job.pk for result in results]
             results.extend(insert_specs(alias, [_after(callback, parents)], names=["then"]))
-    return results
+    return announced(alias, results)
 
 
 def _linkable(specs: Sequence[JobSpec]) -> bool:

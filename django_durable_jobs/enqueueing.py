@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import db, metrics, tracing
+from . import db, hooks, metrics, tracing
 from .exceptions import DurableJobsError, IdempotencyConflict, InvalidJob
 from .ids import new_job_id
 from .models import DependencyKind, Job, JobDependency, JobStatus
@@ -142,7 +142,8 @@ def enqueue(
         on_parent_failure=on_parent_failure,
     )
     # One statement, so atomic on its own: no transaction needed here.
-    return insert_specs(db.database_alias(using), [spec])[0]
+    alias = db.database_alias(using)
+    return announced(alias, insert_specs(alias, [spec]))[0]
 
 
 def enqueue_own(
@@ -155,7 +156,8 @@ def enqueue_own(
     one caller, after checking its actor's permission.
     """
     spec = build_spec(type, payload, idempotency_key=idempotency_key, own_type=True)
-    return insert_specs(db.database_alias(using), [spec])[0]
+    alias = db.database_alias(using)
+    return announced(alias, insert_specs(alias, [spec]))[0]
 
 
 def enqueue_many(
@@ -177,7 +179,19 @@ def enqueue_many(
         return []
     alias = db.database_alias(using)
     with transaction.atomic(using=alias):
-        return insert_specs(alias, specs, names=[f"jobs[{i}]" for i in range(len(specs))])
+        results = insert_specs(alias, specs, names=[f"jobs[{i}]" for i in range(len(specs))])
+    return announced(alias, results)
+
+
+def announced(alias: str, results: list[EnqueueResult]) -> list[EnqueueResult]:
+    """``results``, once the enqueue listeners (the immediate mode) have heard of them.
+
+    Each public way to enqueue calls it after its own atomic block has
+    closed, so that a listener's ``transaction.on_commit`` waits for the
+    caller's transaction, not for ours.
+    """
+    hooks.jobs_enqueued(results, alias)
+    return results
 
 
 def spec_from_item(

@@ -2,8 +2,8 @@
 
 The core (enqueue, the worker, the operations) knows nothing of the
 integrations built on it: the Django Tasks backend (``tasks/``) registers
-its resolver, its listener and its limits here from ``AppConfig.ready()``.
-Three hooks:
+its resolver, its listener and its limits here from ``AppConfig.ready()``,
+and the immediate mode (``immediate.py``) its enqueue listener. Four hooks:
 
 - a *handler resolver* answers, for a job type no ``@job`` declares, with a
   ``Handler`` that runs it (or ``None``): a Django ``@task`` enqueued by our
@@ -15,7 +15,11 @@ Three hooks:
 - a *concurrency limits provider* answers ``{type: concurrency_limit}`` for
   types declared elsewhere than ``@job``: a Django task's limit in its
   backend's ``OPTIONS``. The worker reads ``concurrency_limits()`` (these
-  merged with the ``@job`` ones) when it starts.
+  merged with the ``@job`` ones) when it starts;
+- an *enqueue listener* hears of each call that enqueued (``enqueue``,
+  ``enqueue_many``, ``chain``, ``group``), with its results, once the
+  call's own atomic block has closed (so ``transaction.on_commit`` there
+  waits for the caller's commit). It may raise: its error is the call's.
 
 Registration is idempotent (a function registered twice runs once), so a
 ``ready()`` that runs twice in tests does no harm.
@@ -25,10 +29,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .enqueueing import EnqueueResult
     from .registry import Handler
 
 logger = logging.getLogger("django_durable_jobs")
@@ -36,10 +41,12 @@ logger = logging.getLogger("django_durable_jobs")
 HandlerResolver = Callable[[str, Any], "Handler | None"]
 FinishedListener = Callable[[Collection[uuid.UUID], str], None]
 LimitsProvider = Callable[[], Mapping[str, int]]
+EnqueueListener = Callable[["Sequence[EnqueueResult]", str], None]
 
 _resolvers: list[HandlerResolver] = []
 _finished_listeners: list[FinishedListener] = []
 _limits_providers: list[LimitsProvider] = []
+_enqueue_listeners: list[EnqueueListener] = []
 
 
 def add_handler_resolver(resolver: HandlerResolver) -> None:
@@ -60,6 +67,12 @@ def add_concurrency_limits(provider: LimitsProvider) -> None:
         _limits_providers.append(provider)
 
 
+def add_enqueue_listener(listener: EnqueueListener) -> None:
+    """Tell ``listener(results, alias)`` of each call that enqueued jobs."""
+    if listener not in _enqueue_listeners:
+        _enqueue_listeners.append(listener)
+
+
 def resolve_handler(type_name: str, payload: Any) -> Handler | None:
     """The first registered resolver's handler for ``type_name``, or ``None``."""
     for resolver in _resolvers:
@@ -78,6 +91,12 @@ def jobs_finished(job_ids: Collection[uuid.UUID], alias: str) -> None:
             listener(job_ids, alias)
         except Exception:
             logger.exception("Finished listener %r failed for %s job(s)", listener, len(job_ids))
+
+
+def jobs_enqueued(results: Sequence[EnqueueResult], alias: str) -> None:
+    """Call the enqueue listeners (none registered: a loop over nothing)."""
+    for listener in _enqueue_listeners:
+        listener(results, alias)
 
 
 def concurrency_limits() -> dict[str, int]:

@@ -54,6 +54,24 @@ class DurableJobs:
         return testing.run_jobs(queue, type, using=self.using, **options)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests that use ``durable_jobs`` (and no ``django_db`` mark) as database tests.
+
+    pytest-django creates the test databases that the collected tests ask
+    for, by their marks and the fixture names they list; ``db``, which the
+    fixture asks for while it is set up, is not one of those names. A run
+    whose only database tests use ``durable_jobs`` would have no database.
+    First, so that pytest-django's ordering of database tests sees the mark.
+    """
+    if not config.pluginmanager.hasplugin("django"):
+        return
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "durable_jobs" in names and item.get_closest_marker("django_db") is None:
+            item.add_marker(pytest.mark.django_db(transaction="transactional_db" in names))
+
+
 @pytest.fixture
 def durable_jobs(request: pytest.FixtureRequest) -> DurableJobs:
     """The testing helpers (``django_durable_jobs.testing``) on the test's database."""

@@ -61,6 +61,7 @@ from .exceptions import (
     Suspended,
 )
 from .names import validate_event_key
+from .transactions import in_own_transaction
 
 __all__ = ["StepRetry", "StepRuntime"]
 
@@ -255,7 +256,10 @@ class StepRuntime:
         return text
 
     def _no_transaction(self, what: str) -> None:
-        if _in_handlers_transaction(connections[self.using]):
+        # A test's transaction (TestCase, pytest-django's db) is not the handler's:
+        # run_jobs() runs jobs inside it, and a suspension there is a savepoint
+        # that the test's rollback undoes with the rest.
+        if in_own_transaction(connections[self.using]):
             raise RuntimeError(
                 f"{what} cannot suspend the job inside transaction.atomic(): the suspension "
                 "must commit before the handler stops. Call it outside the transaction."
@@ -566,13 +570,6 @@ class StepRuntime:
         self._checkpoint(
             name, kind=CHILD, status=FAILED, error=_failure_text(failure), child_id=child_id
         )
-
-
-def _in_handlers_transaction(connection: Any) -> bool:
-    """Inside a ``transaction.atomic()`` of the handler's own. A test's (``TestCase``,
-    pytest-django's ``db``) is not: ``testing.run_jobs()`` runs jobs inside it, and a
-    suspension there is a savepoint that the test's rollback undoes with the rest."""
-    return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
 
 
 def _recorded_as_failure(exc: BaseException) -> bool:

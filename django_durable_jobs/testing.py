@@ -18,13 +18,18 @@ its turn comes), and paused queues are left alone (their jobs are not run).
 An event wait ends when the test emits the event (``emit_event``), or at its
 timeout, which the clock does not pass over (the wait would time out).
 
+``run_enqueued()`` is the same run for the immediate mode
+(``RUN_IMMEDIATELY``, ``immediate.py``): the jobs an enqueue created, and
+those that they release or enqueue.
+
 See ``docs/guides/testing.md``.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +55,21 @@ WORKER_ID = "testing.run_jobs"
 ENQUEUED_STATUSES = (JobStatus.PENDING, JobStatus.WAITING)
 #: Jobs listed in a failed assertion's message.
 LISTED = 20
+
+
+class _Runs(threading.local):
+    """The run in progress on this thread: its database alias, and the set that
+    jobs enqueued during it join (``enqueued_during_run``); None: no run.
+
+    Per thread, not a context variable: an async handler runs in a fresh
+    context, but its thread-sensitive ``sync_to_async`` calls (the ORM's)
+    run on this thread, where the run is.
+    """
+
+    current: tuple[str, set[uuid.UUID]] | None = None
+
+
+_runs = _Runs()
 
 
 @dataclass(frozen=True)
@@ -158,53 +178,41 @@ def run_jobs(
     now too. ``max_attempts`` bounds the call: more attempts than that is an
     error (a job that enqueues itself for ever, say), not a hang.
     """
-    from .worker.executor import execute  # the worker's package, loaded on first use
-
     alias = db.database_alias(using)
-    policy = RetryPolicy.from_settings()
-    history = int(jobs_settings.ERROR_HISTORY_LIMIT)
-    lease = float(jobs_settings.LEASE_SECONDS)
-    only: set[uuid.UUID] | None = None
-    if not until_empty:
-        only = set(_runnable(alias, queue, type, with_retries, with_scheduled, None, all_=True))
-    skipped: set[uuid.UUID] = set()  # picked but not claimable (a paused queue)
-    ran: list[RanJob] = []
-    while True:
-        picked = _runnable(alias, queue, type, with_retries, with_scheduled, only, skipped)
-        if not picked:
-            return ran
-        if len(ran) >= max_attempts:
-            raise RuntimeError(
-                f"run_jobs() ran {max_attempts} attempts and jobs are still runnable "
-                f"(next: {picked[0]}): a job that enqueues itself, or a retry that never "
-                "ends? Pass max_attempts= for more."
-            )
-        job_id = picked[0]
-        _pass_over_sleeps(alias, job_id)
-        claimed = db.claim_ids(alias, [job_id], worker_id=WORKER_ID, lease_seconds=lease)
-        if not claimed:
-            skipped.add(job_id)
-            continue
-        (job,) = claimed
-        outcome = execute(
-            job, WORKER_ID, policy, using=alias, fresh_connection=False, give_back_unknown=False
-        )
-        if outcome is not None:  # None: the handler suspended the job (written already)
-            db.record_outcomes(alias, [outcome], history_limit=history)
-        if only is not None:
-            only.discard(job_id)
-        row = Job.objects.using(alias).get(pk=job_id)
-        ran.append(
-            RanJob(
-                id=row.pk,
-                type=row.type,
-                queue=row.queue,
-                attempt=job.attempt,
-                status=row.status,
-                result=row.result,
-                last_error=row.last_error,
-            )
-        )
+    runnable = _runnable(alias, queue, type, with_retries, with_scheduled)
+    if until_empty:
+        return _run(alias, runnable, max_attempts)
+    # Each job runnable now, once: not the jobs they enqueue, nor a retry.
+    now = set(runnable.values_list("id", flat=True))
+    return _run(alias, runnable, max_attempts, only=now, once=True)
+
+
+def run_enqueued(
+    job_ids: Collection[uuid.UUID], *, using: str | None = None, max_attempts: int = 1_000
+) -> list[RanJob]:
+    """Run ``job_ids`` as ``run_jobs()`` runs jobs, until none of them is runnable.
+
+    The immediate mode's run (``django_durable_jobs.immediate``): retries and
+    sleeps passed over, the children that their completion releases run
+    next, and the jobs that they enqueue join the run (``enqueued_during_run``).
+    Jobs for later and event waits stay as they are.
+    """
+    alias = db.database_alias(using)
+    runnable = _runnable(alias, None, None, with_retries=True, with_scheduled=False)
+    return _run(alias, runnable, max_attempts, only=set(job_ids))
+
+
+def enqueued_during_run(alias: str) -> set[uuid.UUID] | None:
+    """The ids a run in progress on this thread (on ``alias``) takes, to add jobs to; or None.
+
+    Inside ``run_jobs()`` a job's handler that enqueues (in the immediate
+    mode) must not start a second run in the middle of this one: the run in
+    progress takes the new jobs if its own rules say so.
+    """
+    current = _runs.current
+    if current is None or current[0] != alias:
+        return None
+    return current[1]
 
 
 # -- helpers ---------------------------------------------------------------
@@ -259,18 +267,9 @@ def _listing(using: str | None, filters: Mapping[str, Any]) -> str:
 
 
 def _runnable(
-    alias: str,
-    queue: str | None,
-    type: str | None,
-    with_retries: bool,
-    with_scheduled: bool,
-    only: Collection[uuid.UUID] | None,
-    skipped: Collection[uuid.UUID] = (),
-    *,
-    all_: bool = False,
-) -> Sequence[uuid.UUID]:
-    """The next pending job ``run_jobs`` may run now (a list of its id, or none); with
-    ``all_``, every one of them, in claim order."""
+    alias: str, queue: str | None, type: str | None, with_retries: bool, with_scheduled: bool
+) -> QuerySet[Job]:
+    """The pending jobs ``run_jobs`` may run now, in claim order."""
     jobs = Job.objects.using(alias).filter(status=JobStatus.PENDING)
     if queue is not None:
         jobs = jobs.filter(queue=queue)
@@ -283,19 +282,91 @@ def _runnable(
     due = Q(available_at__lte=Now()) | sleeping
     if with_retries:
         due |= retrying
-    if with_scheduled:
-        due |= Q(attempts=0, waiting_for__isnull=True)
-    if not with_retries:
+    else:
         # A job that failed here waits for its retry: not run again in this call.
         jobs = jobs.exclude(retrying & ~sleeping)
+    if with_scheduled:
+        due |= Q(attempts=0, waiting_for__isnull=True)
+    return jobs.filter(due).order_by(F("priority").desc(), "available_at", "created_at")
+
+
+def _run(
+    alias: str,
+    runnable: QuerySet[Job],
+    max_attempts: int,
+    *,
+    only: set[uuid.UUID] | None = None,
+    once: bool = False,
+) -> list[RanJob]:
+    """Run the first of ``runnable`` (among ``only``) until none is left; what ran, in order.
+
+    One query per attempt picks the next job, so a job that the last one
+    released, enqueued or gave a retry is seen. ``only`` may grow while the
+    run goes on: jobs enqueued in the immediate mode join it. ``once``: a
+    job that ran is not picked again (nor is its retry).
+    """
+    from .worker.executor import execute  # the worker's package, loaded on first use
+
+    policy = RetryPolicy.from_settings()
+    history = int(jobs_settings.ERROR_HISTORY_LIMIT)
+    lease = float(jobs_settings.LEASE_SECONDS)
+    passed: set[uuid.UUID] = set()  # not to pick again: not claimable (a paused queue), or once
+    ran: list[RanJob] = []
+    # The immediate mode's run takes the jobs enqueued during it; run_jobs()
+    # keeps to its own rules (its filters, until_empty), so they join nothing.
+    joining = only if only is not None and not once else set()
+    outer, _runs.current = _runs.current, (alias, joining)
+    try:
+        while (job_id := _next(runnable, only, passed)) is not None:
+            if len(ran) >= max_attempts:
+                raise RuntimeError(
+                    f"run_jobs() ran {max_attempts} attempts and jobs are still runnable "
+                    f"(next: {job_id}): a job that enqueues itself, or a retry that never "
+                    "ends? Pass max_attempts= for more."
+                )
+            _pass_over_sleeps(alias, job_id)
+            claimed = db.claim_ids(alias, [job_id], worker_id=WORKER_ID, lease_seconds=lease)
+            if not claimed:
+                passed.add(job_id)
+                continue
+            (job,) = claimed
+            outcome = execute(
+                job, WORKER_ID, policy, using=alias, fresh_connection=False, give_back_unknown=False
+            )
+            if outcome is not None:  # None: the handler suspended the job (written already)
+                db.record_outcomes(alias, [outcome], history_limit=history)
+            if once:
+                passed.add(job_id)
+            ran.append(_ran(alias, job_id, job.attempt))
+    finally:
+        _runs.current = outer
+    return ran
+
+
+def _next(
+    runnable: QuerySet[Job], only: Collection[uuid.UUID] | None, passed: Collection[uuid.UUID]
+) -> uuid.UUID | None:
+    """The id of the first job of ``runnable`` that is in ``only`` and not ``passed``."""
     if only is not None:
-        jobs = jobs.filter(pk__in=list(only))
-    ids = jobs.filter(due).order_by(F("priority").desc(), "available_at", "created_at")
-    if all_:
-        return list(ids.values_list("id", flat=True))
-    # The first one not skipped is what the caller runs next.
-    first = ids.values_list("id", flat=True)[: len(skipped) + 1]
-    return [pk for pk in first if pk not in skipped]
+        runnable = runnable.filter(pk__in=list(only))
+    if passed:
+        runnable = runnable.exclude(pk__in=list(passed))
+    job_id: uuid.UUID | None = runnable.values_list("id", flat=True).first()
+    return job_id
+
+
+def _ran(alias: str, job_id: uuid.UUID, attempt: int) -> RanJob:
+    """The attempt's ``RanJob``, read from the job's row as the attempt left it."""
+    row = Job.objects.using(alias).get(pk=job_id)
+    return RanJob(
+        id=row.pk,
+        type=row.type,
+        queue=row.queue,
+        attempt=attempt,
+        status=row.status,
+        result=row.result,
+        last_error=row.last_error,
+    )
 
 
 def _pass_over_sleeps(alias: str, job_id: uuid.UUID) -> None:

@@ -12,6 +12,10 @@ from django_durable_jobs.registry import registry
 if TYPE_CHECKING:
     from tests.factories import Api
 
+# A user's project, with its own settings and pytest.ini: its tests run in a
+# process of their own (tests/e2e/test_userproject.py), never in this one.
+collect_ignore = ["userproject"]
+
 
 @pytest.fixture
 def clean_registry() -> Iterator[None]:

@@ -23,6 +23,35 @@ def record(ctx: JobContext) -> dict[str, Any]:
     return {"attempt": ctx.attempt}
 
 
+@job("tests.enqueues")
+def enqueues(ctx: JobContext) -> dict[str, str]:
+    """Record the execution; enqueue a ``payload["type"]`` job (its payload: ``{"from": id}``)."""
+    from django_durable_jobs import enqueue
+
+    Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
+    child = enqueue(ctx.payload["type"], {"from": str(ctx.id)}).job
+    return {"enqueued": str(child.pk)}
+
+
+@job("tests.aenqueues")
+async def aenqueues(ctx: JobContext) -> dict[str, str]:
+    """``tests.enqueues`` from a coroutine: the enqueue through ``sync_to_async``."""
+    from asgiref.sync import sync_to_async
+
+    from django_durable_jobs import enqueue
+
+    child = await sync_to_async(enqueue)(ctx.payload["type"], {"from": str(ctx.id)})
+    return {"enqueued": str(child.job.pk)}
+
+
+@job("tests.parent_status")
+def parent_status(ctx: JobContext) -> str:
+    """The status of the job ``payload["from"]`` names, as this job runs."""
+    from django_durable_jobs.models import Job
+
+    return str(Job.objects.get(pk=ctx.payload["from"]).status)
+
+
 @job("tests.fail_until")
 def fail_until(ctx: JobContext) -> int:
     Execution.objects.create(job_id=ctx.id, attempt=ctx.attempt, worker=ctx.worker_id)
