@@ -492,7 +492,7 @@ class Worker:
 
     def health_notes(self) -> list[str]:
         """For ``/healthz``: lines that qualify its answer."""
-        return health.health_notes(self.listener, self.config.poll_interval)
+        return health.health_notes(self.listener, self.config.poll_interval, self.config.alias)
 
     def _force_exit(self) -> None:
         """Second signal: record what is known, give back what runs, exit 1 (``stopping.py``)."""
