@@ -60,6 +60,7 @@ ORDER BY xid_age DESC NULLS LAST;
 SELECT count(*), coalesce(array_agg(pid ORDER BY pid), '{}')
 FROM pg_stat_activity
 WHERE datname = current_database()
+    AND pid <> pg_backend_pid()
     AND query = '<insufficient privilege>';
 
 -- table_health --
