@@ -9,7 +9,7 @@
 -- itself. Readable by any role: pg_stat_activity hides the columns of other
 -- roles' sessions (backend_xmin and backend_xid included) unless the role
 -- has pg_read_all_stats; those sessions are counted as hidden, not named.
--- pg_replication_slots, pg_prepared_xacts and pg_stat_user_tables are
+-- pg_replication_slots, pg_prepared_xacts and the tables' statistics are
 -- readable by every role.
 
 -- horizon_holders --
@@ -65,35 +65,46 @@ WHERE datname = current_database()
 
 -- table_health --
 -- Dead and live tuples, the last (auto)vacuum and autoanalyze, and whether autovacuum may vacuum it, for each of %(tables)s (the package's tables, by name). A partitioned table sums its leaf partitions; its last vacuum is its least recently vacuumed leaf's. A table missing from the database is left out.
+-- The pg_stat_get_*() functions behind pg_stat_user_tables, called for these
+-- tables only: the view computes its columns for every table of the
+-- database (with their indexes) before any join could filter them.
 WITH tables AS (
     SELECT name, to_regclass(name) AS relid
     FROM unnest(%(tables)s::text[]) AS name
 ), leaves AS (
     -- pg_partition_tree() has no row for a table that is not partitioned:
     -- the LEFT JOIN keeps the table itself then.
-    SELECT tables.name, coalesce(tree.relid, tables.relid) AS relid
+    SELECT tables.name, coalesce(tree.relid, tables.relid)::oid AS relid
     FROM tables
     LEFT JOIN LATERAL pg_partition_tree(tables.relid) AS tree ON tree.isleaf
     WHERE tables.relid IS NOT NULL
+), stats AS (
+    SELECT leaves.name,
+           pg_stat_get_live_tuples(leaves.relid) AS live,
+           pg_stat_get_dead_tuples(leaves.relid) AS dead,
+           greatest(pg_stat_get_last_vacuum_time(leaves.relid),
+                    pg_stat_get_last_autovacuum_time(leaves.relid)) AS last_vacuum,
+           greatest(pg_stat_get_last_analyze_time(leaves.relid),
+                    pg_stat_get_last_autoanalyze_time(leaves.relid)) AS last_analyze,
+           c.reloptions
+    FROM leaves
+    JOIN pg_class AS c ON c.oid = leaves.relid
 )
-SELECT leaves.name,
-       sum(s.n_live_tup)::bigint AS live,
-       sum(s.n_dead_tup)::bigint AS dead,
-       min(greatest(s.last_vacuum, s.last_autovacuum)) AS last_vacuum,
-       EXTRACT(EPOCH FROM clock_timestamp()
-               - min(greatest(s.last_vacuum, s.last_autovacuum)))::float8 AS vacuum_age_seconds,
-       max(greatest(s.last_analyze, s.last_autoanalyze)) AS last_analyze,
+SELECT name,
+       sum(live)::bigint AS live,
+       sum(dead)::bigint AS dead,
+       min(last_vacuum) AS last_vacuum,
+       EXTRACT(EPOCH FROM clock_timestamp() - min(last_vacuum))::float8 AS vacuum_age_seconds,
+       max(last_analyze) AS last_analyze,
        count(*) FILTER (
-           WHERE 'autovacuum_enabled=false' = ANY (c.reloptions)
-              OR 'autovacuum_enabled=off' = ANY (c.reloptions)
+           WHERE 'autovacuum_enabled=false' = ANY (reloptions)
+              OR 'autovacuum_enabled=off' = ANY (reloptions)
        ) = 0 AS autovacuum_enabled,
-       (array_agg(array_to_string(c.reloptions, ', ')) FILTER (WHERE c.reloptions IS NOT NULL))[1]
+       (array_agg(array_to_string(reloptions, ', ')) FILTER (WHERE reloptions IS NOT NULL))[1]
            AS reloptions
-FROM leaves
-JOIN pg_stat_user_tables AS s ON s.relid = leaves.relid
-JOIN pg_class AS c ON c.oid = leaves.relid
-GROUP BY leaves.name
-ORDER BY leaves.name;
+FROM stats
+GROUP BY name
+ORDER BY name;
 
 -- vacuum_settings --
 -- The server settings the doctor's advice depends on: autovacuum and track_counts on or off, autovacuum's trigger (threshold + scale factor of the live tuples), its naptime, the server's version number, and whether this role may read every session (pg_read_all_stats).

@@ -263,3 +263,16 @@ def test_the_tables_come_from_the_models() -> None:
     assert "durable_jobs_job" in tables and "durable_jobs_step" in tables
     models = apps.get_app_config("durable_jobs").get_models()
     assert {m._meta.db_table for m in models if not m._meta.proxy} == set(tables)
+
+
+# -- a worker's /healthz -------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_workers_healthz_names_the_holder(holder: psycopg.Connection[Any]) -> None:
+    from django_durable_jobs.worker import health
+
+    with override_settings(DURABLE_JOBS=HORIZON_ONLY):
+        notes = health.health_notes(None, 1.0)
+    (line,) = [n for n in notes if n.startswith("vacuum horizon:")]
+    assert f"session pid {holder.info.backend_pid} (" in line and "jobs doctor" in line
