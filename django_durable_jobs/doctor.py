@@ -404,8 +404,8 @@ def diagnose(reading: Reading, thresholds: Thresholds | None = None) -> list[Fin
                 "dead_tuples",
                 table.table,
                 f"{table.table}: {table.dead_ratio:.0%} of its tuples are dead "
-                f"({table.dead:,} dead, {table.live:,} live); last vacuumed "
-                f"{_ago(table.vacuum_age_seconds)}. Claims and scans read through them.",
+                f"({table.dead:,} dead, {table.live:,} live); "
+                f"{_vacuumed(table.vacuum_age_seconds)}. Claims and scans read through them.",
                 _dead_tuples_advice(table, reading, thresholds, horizon_held),
             )
         )
@@ -439,12 +439,10 @@ def diagnose(reading: Reading, thresholds: Thresholds | None = None) -> list[Fin
     return sorted(findings, key=lambda f: f.severity != OPERATOR)
 
 
-def _ago(seconds: float | None) -> str:
-    return (
-        "never (since the statistics were reset)"
-        if seconds is None
-        else (f"{describe_seconds(seconds)} ago")
-    )
+def _vacuumed(seconds: float | None) -> str:
+    if seconds is None:
+        return "never vacuumed since the statistics were reset"
+    return f"last vacuumed {describe_seconds(seconds)} ago"
 
 
 def needs_operator(findings: Iterable[Finding]) -> bool:
@@ -473,7 +471,7 @@ def health_notes(reading: Reading, thresholds: Thresholds | None = None) -> list
     for table in high_dead_tuples(reading, thresholds):
         lines.append(
             f"dead tuples: {table.table} {table.dead_ratio:.0%} dead ({table.dead:,}), "
-            f"last vacuumed {_ago(table.vacuum_age_seconds)}"
+            f"{_vacuumed(table.vacuum_age_seconds)}"
         )
     return lines
 
