@@ -70,15 +70,20 @@ class VacuumSettings(NamedTuple):
 
 def horizon_holders(using: str) -> list[HorizonHolder]:
     """Everything that holds back this database's vacuum horizon, oldest (in xids) first."""
-    return [
-        HorizonHolder(
-            *row[:10],
-            None if row[10] is None else int(row[10]),
-            None if row[11] is None else max(float(row[11]), 0.0),
-            bool(row[12]),
+    holders = []
+    for row in gateway._run_through_django(using, "horizon_holders", {}):
+        xid_age, age, catalog_only = row[10:]
+        holders.append(
+            HorizonHolder._make(
+                (
+                    *row[:10],
+                    None if xid_age is None else int(xid_age),
+                    None if age is None else max(float(age), 0.0),
+                    bool(catalog_only),
+                )
+            )
         )
-        for row in gateway._run_through_django(using, "horizon_holders", {})
-    ]
+    return holders
 
 
 def hidden_sessions(using: str) -> list[int]:
