@@ -423,6 +423,38 @@ SETTINGS: dict[str, Setting] = {
         "such as '7d' (or None to keep that status forever)",
         "How long workers keep finished jobs before pruning them; None turns pruning off.",
     ),
+    "HEALTH_HORIZON_AGE_SECONDS": Setting(
+        120.0,
+        _positive_seconds,
+        "a number > 0",
+        "How long a session or a prepared transaction may hold back the vacuum horizon of "
+        "the job tables before `jobs doctor` asks for an operator (exit status 1), a worker's "
+        "/healthz names it and the admin's Queues page blames it for dead tuples "
+        "(docs/guides/monitoring.md).",
+    ),
+    "HEALTH_DEAD_TUPLE_RATIO": Setting(
+        0.2,
+        _fraction,
+        "a number between 0 and 1",
+        "Share of a job table's tuples that may be dead (dead / (live + dead)) before "
+        "`jobs doctor`, /healthz and the Queues page call its dead tuples high (with at "
+        "least HEALTH_MIN_DEAD_TUPLES of them).",
+    ),
+    "HEALTH_MIN_DEAD_TUPLES": Setting(
+        10_000,
+        _positive_int,
+        "an integer >= 1",
+        "Fewer dead tuples than this in a table are never called high, whatever their "
+        "share (a small table's few dead rows cost nothing).",
+    ),
+    "HEALTH_OLDEST_PENDING_SECONDS": Setting(
+        600.0,
+        _positive_seconds,
+        "a number > 0",
+        "How long the oldest runnable pending job of a queue that is not paused may wait "
+        "before `jobs doctor` asks for an operator (the DurableJobsOldestPendingTooOld "
+        "alert's threshold).",
+    ),
     "QUEUES": Setting(
         {},
         _queues,

@@ -28,7 +28,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
-from . import db
+from . import db, doctor
 from .db.records import Transition
 
 if TYPE_CHECKING:
@@ -461,8 +461,103 @@ class ScheduleCollector:
         yield following
 
 
+#: The database-health metrics (``DatabaseHealthCollector``), each with its help.
+HORIZON_AGE = "durable_jobs_db_horizon_age_seconds"
+HORIZON_XID_AGE = "durable_jobs_db_horizon_age_xids"
+DEAD_TUPLES = "durable_jobs_db_dead_tuples"
+DEAD_TUPLE_RATIO = "durable_jobs_db_dead_tuple_ratio"
+LIVE_TUPLES = "durable_jobs_db_live_tuples"
+VACUUM_AGE = "durable_jobs_db_vacuum_age_seconds"
+HIDDEN_SESSIONS = "durable_jobs_db_hidden_sessions"
+
+
+class DatabaseHealthCollector:
+    """The database's vacuum health (``doctor.py``), read at scrape time.
+
+    ``durable_jobs_db_horizon_age_seconds``: how long the oldest session or
+    prepared transaction has held back the vacuum horizon of the job
+    tables (0: none); ``durable_jobs_db_horizon_age_xids``: the horizon's age
+    in transaction ids, replication slots included (their only measure);
+    per table (the package's, from its models): dead and live tuples, the
+    dead share, seconds since the last vacuum or autovacuum (absent for a
+    table never vacuumed since the statistics were reset); and the sessions
+    whose details the database role may not read (pg_read_all_stats).
+
+    Four small queries on PostgreSQL's own views, never the job table, per
+    reading; a reading serves ``doctor.HEALTH_CACHE_SECONDS``, shared with
+    a worker's ``/healthz`` and the admin's Queues page.
+    """
+
+    def __init__(self, alias: str | None = None) -> None:
+        self._alias = alias
+
+    def describe(self) -> list[Any]:
+        # Without describe(), registering would call collect(): a query at import.
+        return [
+            GaugeMetricFamily(HORIZON_AGE, ""),
+            GaugeMetricFamily(HORIZON_XID_AGE, ""),
+            GaugeMetricFamily(DEAD_TUPLES, "", labels=["table"]),
+            GaugeMetricFamily(LIVE_TUPLES, "", labels=["table"]),
+            GaugeMetricFamily(DEAD_TUPLE_RATIO, "", labels=["table"]),
+            GaugeMetricFamily(VACUUM_AGE, "", labels=["table"]),
+            GaugeMetricFamily(HIDDEN_SESSIONS, ""),
+        ]
+
+    def collect(self) -> Iterator[Any]:
+        try:
+            reading = doctor.cached_reading(self._alias)
+        except DatabaseError as exc:
+            logger.warning("Database health for metrics unavailable: %s", exc)
+            return
+        yield GaugeMetricFamily(
+            HORIZON_AGE,
+            "How long the oldest session or prepared transaction has held back the vacuum "
+            "horizon of the job tables' database; 0 when none.",
+            value=doctor.horizon_age_seconds(reading),
+        )
+        yield GaugeMetricFamily(
+            HORIZON_XID_AGE,
+            "Age in transaction ids of the vacuum horizon of the job tables (sessions, "
+            "replication slots, prepared transactions); 0 when none holds it.",
+            value=doctor.horizon_xid_age(reading),
+        )
+        dead = GaugeMetricFamily(
+            DEAD_TUPLES, "Dead tuples of each job table (pg_stat_user_tables).", labels=["table"]
+        )
+        live = GaugeMetricFamily(
+            LIVE_TUPLES, "Live tuples of each job table (pg_stat_user_tables).", labels=["table"]
+        )
+        ratio = GaugeMetricFamily(
+            DEAD_TUPLE_RATIO,
+            "Share of each job table's tuples that are dead: dead / (live + dead).",
+            labels=["table"],
+        )
+        vacuum_age = GaugeMetricFamily(
+            VACUUM_AGE,
+            "Seconds since each job table's last vacuum or autovacuum; absent if never.",
+            labels=["table"],
+        )
+        for table in reading.tables:
+            dead.add_metric([table.table], table.dead)
+            live.add_metric([table.table], table.live)
+            ratio.add_metric([table.table], table.dead_ratio)
+            if table.vacuum_age_seconds is not None:
+                vacuum_age.add_metric([table.table], table.vacuum_age_seconds)
+        yield dead
+        yield live
+        yield ratio
+        yield vacuum_age
+        yield GaugeMetricFamily(
+            HIDDEN_SESSIONS,
+            "Sessions of the job tables' database whose details the database role may not "
+            "read (it lacks pg_read_all_stats): the horizon they hold is not seen.",
+            value=len(reading.hidden),
+        )
+
+
 _collector: QueueDepthCollector | None = None
 _schedule_collector: ScheduleCollector | None = None
+_health_collector: DatabaseHealthCollector | None = None
 
 
 def make_wsgi_app() -> Any:
@@ -490,5 +585,15 @@ def register_schedule_collector() -> None:
     prometheus_client.REGISTRY.register(_schedule_collector)
 
 
+def register_database_health_collector() -> None:
+    """Register the database-health collector on the default registry, once per process."""
+    global _health_collector
+    if not ENABLED or _health_collector is not None:
+        return
+    _health_collector = DatabaseHealthCollector()
+    prometheus_client.REGISTRY.register(_health_collector)
+
+
 register_queue_depth_collector()
 register_schedule_collector()
+register_database_health_collector()

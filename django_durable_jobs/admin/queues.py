@@ -11,6 +11,7 @@ from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -20,7 +21,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from .. import audit, db, pausing
+from .. import audit, db, doctor, pausing
 from ..authorization import Actor, user_can
 from ..exceptions import InvalidPause
 from ..flow import describe_limits, queue_limits
@@ -213,8 +214,40 @@ class QueueStateAdmin(QueueModelAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
         if request.method == "GET" and self.has_view_permission(request):
             self._add_known_queues()
+            self._horizon_notice(request)
         extra_context = {"title": _("Queues"), **(extra_context or {})}
         return super().changelist_view(request, extra_context)
+
+    def _horizon_notice(self, request: HttpRequest) -> None:
+        """Say so when the vacuum horizon is why the queues are slow: held past
+        ``HEALTH_HORIZON_AGE_SECONDS`` while a job table's dead tuples are high."""
+        thresholds = doctor.Thresholds.from_settings()
+        try:
+            reading = doctor.read(db.database_alias(), jobs=False)
+        except DatabaseError:  # the page itself will say the database is down
+            return
+        holder = doctor.oldest_holder(reading)
+        if holder is None or not doctor.horizon_slows_queue(reading, thresholds):
+            return
+        tables = ", ".join(
+            f"{table.table} ({table.dead_ratio:.0%} dead, {table.dead:,} rows)"
+            for table in doctor.high_dead_tuples(reading, thresholds)
+        )
+        self.message_user(
+            request,
+            gettext(
+                "The queue is slowed by the database's vacuum horizon: %(holder)s has held a "
+                "transaction open for %(age)s, so vacuum cannot remove the dead rows of "
+                "%(tables)s, and every claim reads through them. End that transaction; "
+                "`manage.py jobs doctor` says how."
+            )
+            % {
+                "holder": doctor.describe_holder(holder),
+                "age": doctor.describe_seconds(holder.age_seconds),
+                "tables": tables,
+            },
+            messages.WARNING,
+        )
 
     @staticmethod
     def _add_known_queues() -> None:

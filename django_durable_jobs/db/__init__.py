@@ -16,7 +16,10 @@ serve, each module with its SQL beside it (``<area>.sql``, loaded into
   the per-minute counts;
 - ``listening``: the LISTEN loop the worker and ``wait()`` share;
 - ``steps``: durable steps' records, checkpoints and suspensions (fenced
-  by the lease token).
+  by the lease token);
+- ``health``: the database's vacuum health: who holds back the vacuum
+  horizon, the job tables' dead tuples and last vacuum (``doctor.py``
+  says what they mean).
 
 Callers import from ``db`` itself (``db.claim(...)``). The JSON documents
 that carry a batch into one statement are built in those modules too. The
@@ -81,6 +84,15 @@ from .flow_control import (
     paused_queues,
     rate_window_starts,
 )
+from .health import (
+    HorizonHolder,
+    TableHealth,
+    VacuumSettings,
+    hidden_sessions,
+    horizon_holders,
+    table_health,
+    vacuum_settings,
+)
 from .listening import listen, listen_alias, listen_loop
 from .maintenance import (
     PruneResult,
@@ -127,6 +139,7 @@ __all__ = [
     "ClaimedJob",
     "ExpiredLease",
     "Fenced",
+    "HorizonHolder",
     "InsertedEvent",
     "InsertedWithParents",
     "LimitedClaim",
@@ -135,7 +148,9 @@ __all__ = [
     "QueueCounts",
     "QueueMinuteCounts",
     "StepRecord",
+    "TableHealth",
     "Transition",
+    "VacuumSettings",
     "active_queues",
     "add_event_waiter",
     "add_queue_stats",
@@ -152,6 +167,8 @@ __all__ = [
     "delete_worker",
     "extend_leases",
     "finished_channel",
+    "hidden_sessions",
+    "horizon_holders",
     "insert_event",
     "insert_jobs",
     "insert_jobs_with_parents",
@@ -185,7 +202,9 @@ __all__ = [
     "send_probe",
     "suspend_job",
     "suspended_jobs",
+    "table_health",
     "upsert_worker",
+    "vacuum_settings",
     "wake_event_waiters",
 ]
 

@@ -63,6 +63,7 @@ SQL_FILES = (
     "presence.sql",
     "steps.sql",
     "events.sql",
+    "health.sql",
 )
 
 

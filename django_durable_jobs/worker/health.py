@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
+from django.db import DatabaseError
+
+from .. import doctor
 from .config import WorkerConfig
 from .listener import Listener
 from .maintenance import Maintenance
@@ -36,7 +40,7 @@ class WorkerHealth:
 
     def health_notes(self) -> list[str]:
         """Lines that qualify ``/healthz``'s answer."""
-        return health_notes(self.listener, self.config.poll_interval)
+        return health_notes(self.listener, self.config.poll_interval, self.config.alias)
 
 
 def healthy(
@@ -66,11 +70,23 @@ def notifications_arriving(listener: Listener | None) -> bool | None:
     return listener.probe.arriving
 
 
-def health_notes(listener: Listener | None, poll_interval: float) -> list[str]:
-    """Lines that qualify the answer (not a failure: the worker polls)."""
+logger = logging.getLogger("django_durable_jobs.worker")
+
+
+def health_notes(
+    listener: Listener | None, poll_interval: float, alias: str | None = None
+) -> list[str]:
+    """Lines that qualify the answer, never change it: notifications not arriving (the
+    worker polls), the database's vacuum horizon held too long and job tables with too
+    many dead tuples (``doctor.health_notes``: restarting the worker would not help)."""
+    notes = []
     if notifications_arriving(listener) is False:
-        return [
+        notes.append(
             f"notifications: not arriving (polling every {poll_interval:g}s; "
             "see DURABLE_JOBS['LISTEN_DATABASE'])"
-        ]
-    return []
+        )
+    try:
+        notes += doctor.health_notes(doctor.cached_reading(alias))
+    except DatabaseError as exc:  # the first line says whether the database answers
+        logger.debug("Database health for /healthz unavailable: %s", exc)
+    return notes

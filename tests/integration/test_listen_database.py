@@ -105,7 +105,8 @@ def test_the_worker_listens_on_listen_database_and_its_probe_arrives(
                 WAIT_SECONDS,
                 "the job, woken by its notification",
             )
-            assert worker.health_notes() == []
+            # Lines about the database's vacuum health may come; none about notifications.
+            assert [n for n in worker.health_notes() if n.startswith("notifications")] == []
         finally:
             running.stop()
     started = [r.getMessage() for r in caplog.records if "Worker starting" in r.getMessage()]
@@ -192,9 +193,9 @@ def test_a_listener_that_hears_nothing_is_detected_once_and_the_worker_polls(
         wait_until(
             lambda: worker.notifications_arriving is False, WAIT_SECONDS, "the probe to be missed"
         )
-        assert worker.health_notes() == [
+        assert worker.health_notes()[0] == (
             "notifications: not arriving (polling every 0.5s; see DURABLE_JOBS['LISTEN_DATABASE'])"
-        ]
+        )
         assert worker.healthy()  # it works, by polling: /healthz stays 200
         sample = metrics.NOTIFICATIONS_OK.labels("default")._value.get()
         assert sample == 0

@@ -12,13 +12,24 @@ from collections.abc import Callable
 
 import pytest
 
-from django_durable_jobs import metrics
+from django_durable_jobs import doctor, metrics
+from django_durable_jobs.db.health import HorizonHolder, TableHealth, VacuumSettings
 from django_durable_jobs.management.commands.runjobworker import Command, port
 from django_durable_jobs.worker.metrics_server import MetricsServer
 
 #: A bound for waits on an event that should come in well under a second:
 #: it only turns a hang into a failure, nothing asserts how long a wait took.
 PATIENCE_SECONDS = 30
+#: A database-health reading (metrics.DatabaseHealthCollector), without a database.
+HELD_42_SECONDS = doctor.Reading(
+    holders=[
+        HorizonHolder("session", "7", 7, "psql", "bob", None, "idle in transaction",
+                      "client backend", None, None, 10, 42.0, False)
+    ],
+    hidden=[],
+    tables=[TableHealth("durable_jobs_job", 500, 500, None, None, None, True, None)],
+    settings=VacuumSettings(True, True, 50, 0.2, "1min", 150000, True),
+)  # fmt: skip
 
 
 def fetch(url: str) -> tuple[int, bytes]:
@@ -37,6 +48,7 @@ def test_healthz_follows_the_health_callback_and_metrics_are_served(
 ) -> None:
     assert metrics._collector is not None
     monkeypatch.setattr(metrics._collector, "rows", lambda: [("q", "pending", 2, 1.5)])
+    monkeypatch.setattr(doctor, "cached_reading", lambda alias=None: HELD_42_SECONDS)
     healthy = [True]
     server = MetricsServer("127.0.0.1", 0, lambda: healthy[0])
     server.start()
@@ -49,6 +61,9 @@ def test_healthz_follows_the_health_callback_and_metrics_are_served(
         assert status == 200
         assert b"durable_jobs_worker_slots" in body
         assert b'durable_jobs_queue_depth{queue="q",status="pending"} 2.0' in body
+        assert b"durable_jobs_db_horizon_age_seconds 42.0" in body
+        assert b'durable_jobs_db_dead_tuples{table="durable_jobs_job"} 500.0' in body
+        assert b'durable_jobs_db_dead_tuple_ratio{table="durable_jobs_job"} 0.5' in body
         assert fetch(f"{base}/other")[0] == 404
     finally:
         server.stop()
@@ -111,6 +126,7 @@ def test_idle_connections_take_a_bounded_number_of_threads_then_time_out(
     """200 idle connections once took a worker from 7 to 207 threads, for good."""
     assert metrics._collector is not None
     monkeypatch.setattr(metrics._collector, "rows", lambda: [])
+    monkeypatch.setattr(doctor, "cached_reading", lambda alias=None: HELD_42_SECONDS)
     server = MetricsServer("127.0.0.1", 0, lambda: True, max_threads=4, idle_timeout=0.5)
     server.start()
     idle: list[socket.socket] = []

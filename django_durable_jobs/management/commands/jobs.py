@@ -28,7 +28,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ... import audit, bulk, db, events, operations, pausing, pruning, step_records
+from ... import audit, bulk, db, doctor, events, operations, pausing, pruning, step_records
 from ...api.stats import job_stats, queue_overview
 from ...authorization import (
     AUDIT_READ_PERMISSION,
@@ -67,6 +67,9 @@ OPERATOR_SUBCOMMANDS = {
     "resume": "resume",
     "emit": "emit",
 }
+#: ``jobs doctor``'s table of what holds back the vacuum horizon.
+HOLDER_COLUMNS = ("kind", "pid/slot/gid", "application", "user", "state", "since", "held",
+                  "xid age")  # fmt: skip
 STEP_COLUMNS = ("name", "kind", "status", "attempt", "started_at", "duration", "result/error")
 #: The environment variable that names the Django user, as ``--user`` does.
 USER_ENV = "DURABLE_JOBS_USER"
@@ -279,10 +282,75 @@ def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def doctor_text(reading: doctor.Reading, findings: list[doctor.Finding]) -> str:
+    """``jobs doctor``'s readable report: the horizon, the tables, the queues, the findings."""
+    holder = doctor.oldest_holder(reading)
+    if holder is None or not holder.age_seconds:
+        horizon = "Vacuum horizon: not held back by any session or prepared transaction"
+    else:
+        horizon = (
+            f"Vacuum horizon: held for {doctor.describe_seconds(holder.age_seconds)} by "
+            f"{doctor.describe_holder(holder)}"
+        )
+    parts = [horizon]
+    if reading.holders:
+        parts.append(
+            table(
+                (
+                    [
+                        h.kind,
+                        h.holder,
+                        h.application_name or "",
+                        h.usename or "",
+                        h.state or "",
+                        _iso(h.since) or "",
+                        "-" if h.age_seconds is None else doctor.describe_seconds(h.age_seconds),
+                        "-" if h.xid_age is None else f"{h.xid_age:,}",
+                    ]
+                    for h in reading.holders
+                ),
+                HOLDER_COLUMNS,
+            )
+        )
+    parts.append(
+        table(
+            (
+                [
+                    t.table,
+                    f"{t.live:,}",
+                    f"{t.dead:,}",
+                    f"{t.dead_ratio:.1%}",
+                    "never"
+                    if t.vacuum_age_seconds is None
+                    else f"{doctor.describe_seconds(t.vacuum_age_seconds)} ago",
+                    "on" if t.autovacuum_enabled and reading.settings.autovacuum else "off",
+                ]
+                for t in reading.tables
+            ),
+            ("table", "live", "dead", "dead %", "last vacuum", "autovacuum"),
+        )
+    )
+    oldest = reading.oldest_pending or {}
+    if oldest:
+        queue, age = max(oldest.items(), key=lambda item: item[1])
+        parts.append(f"Oldest runnable pending job: {doctor.describe_seconds(age)} (queue {queue})")
+    else:
+        parts.append("Oldest runnable pending job: none")
+    needed = sum(1 for f in findings if f.severity == doctor.OPERATOR)
+    if findings:
+        lines = [f"Findings ({needed} need{'s' if needed == 1 else ''} an operator):"]
+        for finding in findings:
+            lines.append(f"[{finding.severity}] {finding.text}")
+            lines.append(f"    what to do: {finding.advice}")
+        parts.append("\n".join(lines))
+    parts.append("Something needs an operator." if needed else "Nothing needs an operator.")
+    return "\n\n".join(parts)
+
+
 class Command(BaseCommand):
     help = (
         "Inspect and manage durable jobs: stats, list, show, requeue, cancel, prune, "
-        "schedules, pause, resume, emit, audit."
+        "schedules, pause, resume, emit, audit, doctor."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -422,6 +490,14 @@ class Command(BaseCommand):
             help=f"How many entries to show, at most {MAX_LIMIT} (default: %(default)s).",
         )
 
+        add(
+            "doctor",
+            "The queue's database health in words, with what to do: what holds back the "
+            "vacuum horizon (sessions, replication slots, prepared transactions), dead tuples "
+            "and the last vacuum of the job tables, the oldest pending job. Exit status 1 "
+            "when something needs an operator.",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         self.actor = self._actor(options)
         handler = getattr(self, "handle_" + options["subcommand"])
@@ -435,6 +511,9 @@ class Command(BaseCommand):
         failure = data.get("error") if isinstance(data, dict) else None
         if failure:
             raise CommandError(failure, returncode=1)
+        if options["subcommand"] == "doctor" and data["needs_operator"]:
+            count = sum(1 for f in data["findings"] if f["severity"] == doctor.OPERATOR)
+            raise CommandError(f"{count} finding(s) need an operator", returncode=1)
 
     def _actor(self, options: dict[str, Any]) -> Actor:
         """Who acts: ``--user`` (or ``$DURABLE_JOBS_USER``), checked; else the OS login.
@@ -862,6 +941,12 @@ class Command(BaseCommand):
         else:
             text = f"Event {printable(event.key)} was emitted before with this payload: unchanged."
         return data, text
+
+    def handle_doctor(self, options: dict[str, Any]) -> tuple[Any, str]:
+        reading = doctor.read()
+        findings = doctor.diagnose(reading)
+        data = doctor.as_dict(reading, findings)
+        return data, doctor_text(reading, findings)
 
     @staticmethod
     def _queue_state(change: Callable[[], QueueState], option: str) -> QueueState:
