@@ -65,6 +65,8 @@ SIDE_SCRIPT = Path(__file__).resolve().parent / "compare_side.py"
 KINDS = ("enqueue", "worker", "latency")
 SIDES = ("BASE", "HEAD")
 DEFAULT_SERVER = "postgres://postgres@127.0.0.1:5432/postgres"
+#: Not passed on to the sides (the harnesses set what they need).
+LEFT_OUT_OF_SIDES = ("VIRTUAL_ENV", "PYTHONPATH", "DJANGO_SETTINGS_MODULE", "DJANGO_DEBUG")
 
 
 def say(message: str) -> None:
@@ -508,7 +510,8 @@ def run_side(side: Side, what: str, options: list[str], args: argparse.Namespace
             "--quiet-timeout", str(args.quiet_timeout), "--retries", str(args.retries),
             *options, what,
         ]  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+        # The harnesses choose their settings; this shell's must not leak into one side.
+        env = {k: v for k, v in os.environ.items() if k not in LEFT_OUT_OF_SIDES}
         done = subprocess.run(command, cwd=side.src, env=env, capture_output=True, text=True)
         for line in (done.stdout + done.stderr).splitlines():
             if line.strip():

@@ -158,6 +158,17 @@ def test_the_first_enqueue_and_worker_run_of_each_side_warm_up() -> None:
     assert all(s.round == 0 for s in steps if s.warm_up)
 
 
+def test_each_step_passes_its_options_to_the_side() -> None:
+    args = compare.parse_args(["a", "-n", "5000", "--seconds", "5"])
+    plan = compare.measurements(list(compare.KINDS), [(2, 16)])
+    enqueue, worker, latency = compare.schedule(1, plan)[::2]
+    assert compare.options_for(enqueue, args) == ["-n", "5000", "--batch", "5000", "--warm-up"]
+    assert compare.options_for(worker, args)[4:] == [
+        "--processes", "2", "--concurrency", "16", "--warm-up"
+    ]  # fmt: skip
+    assert compare.options_for(latency, args)[4:] == ["--rate", "200.0", "--seconds", "5.0"]
+
+
 # -- the table -----------------------------------------------------------------------
 
 
