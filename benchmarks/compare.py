@@ -116,10 +116,10 @@ def metrics_of(measurement: Measurement, result: dict[str, Any], n: int) -> dict
         return {
             Metric(f"{label}, by wall", "jobs/s", "higher", ",.0f"): n / result["wall"],
             Metric(f"{label}, by span", "jobs/s", "higher", ",.0f"): n / result["span"],
-            Metric(f"{label}, worker CPU", "us/job", "lower", ".1f"): (
+            Metric(f"{label}, worker CPU", "us/job", "lower", ",.0f"): (
                 result["worker_cpu"] / n * 1e6
             ),
-            Metric(f"{label}, PostgreSQL CPU", "us/job", "lower", ".1f"): (
+            Metric(f"{label}, PostgreSQL CPU", "us/job", "lower", ",.0f"): (
                 result["pg_cpu"] / n * 1e6
             ),
         }
