@@ -129,10 +129,14 @@ def test_a_type_an_old_worker_does_not_know_completes_once_a_worker_that_knows_i
     assert (job.status, job.attempts, job.errors) == (JobStatus.PENDING, 0, [])
     workers.env["E2E_EXTRA_APP"] = APP
     new = workers.start("--poll-interval", "0.2")
+    # A rolling deploy: the new worker up, then the old one stopped. While both run,
+    # either may claim the job each time it is available again (the old one gives it
+    # back again, uncounted); after the stop only the new one can.
+    wait_for(lambda: workers.output().count("Worker starting") >= 2, WAIT_SECONDS, "the new worker")
+    old.send_signal(signal.SIGTERM)
+    assert old.wait(30) == 0, workers.output()
     wait_for(lambda: result(job) is not None, WAIT_SECONDS, "the new worker to run it")
     job.refresh_from_db()
     assert (job.status, job.attempts, job.result) == (JobStatus.COMPLETED, 1, {"version": 1})
-    for proc in (old, new):
-        proc.send_signal(signal.SIGTERM)
-    for proc in (old, new):
-        assert proc.wait(30) == 0, workers.output()
+    new.send_signal(signal.SIGTERM)
+    assert new.wait(30) == 0, workers.output()
