@@ -27,3 +27,8 @@ DURABLE_JOBS = {
     **{key: value for key, value in DURABLE_JOBS.items() if key != "QUEUES"},  # noqa: F405
     "QUEUES": json.loads(os.environ.get("BENCH_QUEUES", "{}")),
 }
+
+# BENCH_NOTIFY_FINISHED=0 turns NOTIFY_FINISHED off: whether the outcomes'
+# NOTIFY of finished jobs (for wait()) costs the workers' commits (issue 26).
+if os.environ.get("BENCH_NOTIFY_FINISHED") == "0":
+    DURABLE_JOBS["NOTIFY_FINISHED"] = False
