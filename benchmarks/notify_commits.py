@@ -11,15 +11,25 @@ notifier at a time appends to the queue), so notifications can serialise the
 commits of many concurrent writers. This measures it on the enqueue statement
 itself: pgbench runs ``--clients`` connections, each repeating the package's
 one-job ``insert_job`` statement (one job per transaction, as ``enqueue()``
-in autocommit does), once as it is (``pg_notify`` of the job's queue in its
-RETURNING) and once with the notification replaced by ``NULL``, alternating
-over ``--rounds`` so drift on a shared machine hits both. ``--listeners``
+in autocommit does), in three variants, alternating over ``--rounds`` so
+drift on a shared machine hits each alike:
+
+- ``in``: the NOTIFY inside the inserting transaction (``pg_notify`` of the
+  job's queue in the INSERT's RETURNING, as enqueue does);
+- ``after``: the INSERT without its NOTIFY, then the ``notify_queues``
+  statement in a transaction of its own (a pgbench script of two lines is
+  two transactions): the design measured for issue 26 and not kept
+  (docs/benchmarks.md, "NOTIFY at scale");
+- ``off``: the INSERT alone, no notification at all.
+
+pgbench counts a script run as one "transaction": for ``after`` that is
+one job and its NOTIFY, so the three rates are jobs enqueued per second. ``--listeners``
 connections LISTEN on the channel meanwhile, as workers do (PostgreSQL keeps
 notifications for them, which is part of the cost).
 
 The database is a throwaway one (``durable_jobs_notify_bench`` by default),
-created, migrated and dropped. Prints commits per second per side (pgbench's
-tps, median of the rounds) and the ratio; results go in docs/benchmarks.md.
+created, migrated and dropped. Prints jobs per second per variant (pgbench's
+tps, median of the rounds) and each one's cost against ``off``; results go in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -49,8 +59,13 @@ def pgbench_path() -> str:
     return found
 
 
-def script(notify: bool) -> str:
-    """The package's insert_job statement as a pgbench script, parameters made literal."""
+VARIANTS = ("in", "after", "off")
+# Before issue 26, insert_job's RETURNING ended with the job's NOTIFY.
+OLD_RETURNING = "RETURNING id, available_at, created_at, pg_notify(%(channel)s, queue);"
+
+
+def script(variant: str) -> str:
+    """The package's enqueue statements as a pgbench script, parameters made literal."""
     from django_durable_jobs.db.queries import QUERIES
 
     values = {
@@ -68,12 +83,20 @@ def script(notify: bool) -> str:
         "trace_context": "NULL",
         "channel": f"'{CHANNEL}'",
     }
-    sql = QUERIES["insert_job"]
-    if not notify:
-        sql = sql.replace("pg_notify(%(channel)s, queue)", "NULL")
-    sql = re.sub(r"%\((\w+)\)s", lambda m: values[m.group(1)], sql)
+    insert = QUERIES["insert_job"].rstrip().rstrip(";")
+    if "pg_notify" in insert:  # the INSERT alone; ``in`` puts its NOTIFY back
+        insert = insert.replace("pg_notify(%(channel)s, queue)", "NULL")
+    statements = [insert]
+    if variant == "in":
+        statements = [re.sub(r"RETURNING .*$", OLD_RETURNING.rstrip(";"), insert, flags=re.S)]
+    elif variant == "after":
+        values["queues"] = "ARRAY['default']"
+        statements.append(QUERIES["notify_queues"].rstrip().rstrip(";"))
     # pgbench reads one statement per line unless it ends with a backslash.
-    return " ".join(sql.split()) + ";\n"
+    return "".join(
+        " ".join(re.sub(r"%\((\w+)\)s", lambda m: values[m.group(1)], sql).split()) + ";\n"
+        for sql in statements
+    )
 
 
 def run_pgbench(url: str, path: Path, clients: int, seconds: int) -> float:
@@ -145,29 +168,34 @@ def main() -> None:
     ]
     for thread in listeners:
         thread.start()
-    results: dict[bool, list[float]] = {True: [], False: []}
+    results: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
     with tempfile.TemporaryDirectory() as tmp:
         paths = {}
-        for notify in (True, False):
-            paths[notify] = Path(tmp, f"notify_{notify}.sql")
-            paths[notify].write_text(script(notify))
+        for variant in VARIANTS:
+            paths[variant] = Path(tmp, f"notify_{variant}.sql")
+            paths[variant].write_text(script(variant))
         try:
             for round_ in range(args.rounds):
-                order = (True, False) if round_ % 2 == 0 else (False, True)
-                for notify in order:
-                    tps = run_pgbench(url, paths[notify], args.clients, args.seconds)
-                    results[notify].append(tps)
-                    side = "on " if notify else "off"
-                    print(f"round {round_ + 1}: notify {side} {tps:,.0f} commits/s", flush=True)
+                # Rotate the order, so no variant always runs first.
+                order = VARIANTS[round_ % 3 :] + VARIANTS[: round_ % 3]
+                for variant in order:
+                    tps = run_pgbench(url, paths[variant], args.clients, args.seconds)
+                    results[variant].append(tps)
+                    print(f"round {round_ + 1}: notify {variant:5} {tps:,.0f} jobs/s", flush=True)
         finally:
             stop.set()
             for thread in listeners:
                 thread.join(timeout=5)
             with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
                 admin.execute(f'DROP DATABASE IF EXISTS "{args.database}" WITH (FORCE)')
-    on, off = statistics.median(results[True]), statistics.median(results[False])
-    print(f"median commits/s: notify on {on:,.0f}, off {off:,.0f}; on/off {on / off:.3f} "
-          f"(notifications cost {100 * (1 - on / off):.1f} % of commits per second)")  # fmt: skip
+    medians = {variant: statistics.median(results[variant]) for variant in VARIANTS}
+    off = medians["off"]
+    for variant in VARIANTS:
+        runs = ", ".join(f"{tps:,.0f}" for tps in results[variant])
+        print(
+            f"notify {variant:5}: median {medians[variant]:,.0f} jobs/s (runs {runs}); "
+            f"notifications cost {100 * (1 - medians[variant] / off):.1f} % against off"
+        )
 
 
 if __name__ == "__main__":
