@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.test import override_settings
 
 from django_durable_jobs import db, enqueue
 from django_durable_jobs.models import Job, JobStatus
@@ -57,11 +58,13 @@ def heard() -> Iterator[Heard]:
         job_dead.disconnect(heard.on_dead)
 
 
-def test_each_outcome_is_heard_once_after_its_commit(heard: Heard, fast_backoff: None) -> None:
+@override_settings(DURABLE_JOBS={"BACKOFF_BASE_SECONDS": 0.5, "BACKOFF_MAX_SECONDS": 1.0})
+def test_each_outcome_is_heard_once_after_its_commit(heard: Heard) -> None:
     done = enqueue("tests.record").job
     retried = enqueue("tests.fail_until", {"succeed_on": 2}).job
     discarded = enqueue("tests.discard").job
-    # Until the retry ran too: a burst worker exits when its retry is not due yet.
+    # Until the retry ran too: a burst worker exits when its retry is not due yet. The
+    # backoff is long enough that the retry cannot start before its receiver reads the row.
     drain_until_settled()
     assert sorted(heard.started, key=str) == sorted(
         [
