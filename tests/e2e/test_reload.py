@@ -10,7 +10,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,13 +84,17 @@ def test_an_edited_handler_runs_after_the_reload_and_no_job_is_lost_or_run_twice
         lambda: Execution.objects.filter(job_id=running.pk).exists(), WAIT_SECONDS, "it to start"
     )
     write_handler(code, 2)
+
     # Written again until the reloader has seen a change: its first look at
     # the files may come after the first write.
-    deadline = time.monotonic() + WAIT_SECONDS
-    while "changed: reloading" not in workers.output():
-        assert time.monotonic() < deadline and proc.poll() is None, workers.output()
-        time.sleep(0.5)
+    def reloading() -> bool:
+        assert proc.poll() is None, workers.output()
+        if "changed: reloading" in workers.output():
+            return True
         os.utime(code / APP / "jobs.py")
+        return False
+
+    wait_for(reloading, WAIT_SECONDS, "the reloader to see the change")
     after = enqueue(TYPE).job
     wait_for(lambda: result(after) is not None, WAIT_SECONDS, "the new job's result")
     assert result(after) == {"version": 2}, workers.output()
