@@ -57,26 +57,41 @@ def signal_handler(
     grace_period: float,
     clock: Callable[[], float] = time.monotonic,
 ) -> Callable[[int, FrameType | None], None]:
-    """The handler ``install_signal_handlers`` installs (a function of its own, for tests)."""
-    first_at: float | None = None
+    """The handler ``install_signal_handlers`` installs (a function of its own, for tests).
+
+    Python runs a signal handler between two bytecodes of the main thread, and that
+    includes the bytecodes of a handler already running: the two SIGINTs of one press
+    nest. So the press is recorded first, in one step (``append``), and which press
+    came first is read from the record, never from a check made before it: a nested
+    call that records itself before the outer one is the first press, and the outer
+    one, resuming, sees that it is the copy (CI saw the copy taken for a second press
+    when the decision came from ``stopping()`` read before the record).
+    """
+    presses: list[tuple[float]] = []
 
     def handle(signum: int, frame: FrameType | None) -> None:
-        nonlocal first_at
+        press = (clock(),)  # a new object: this call's own record
+        presses.append(press)
+        first = presses[0]
         name = signal.Signals(signum).name
-        now = clock()
-        if first_at is not None and now - first_at < SAME_PRESS_SECONDS:
-            logger.info(
-                "%s again %.0f ms after the first: the same press (a terminal or a wrapper "
-                "sends it to every process of the group), still stopping gracefully; send it "
-                "again to exit at once",
-                name, (now - first_at) * 1000,
-            )  # fmt: skip
-            return
-        if stopping():
+        if first is not press:
+            elapsed = press[0] - first[0]
+            if elapsed < SAME_PRESS_SECONDS:
+                logger.info(
+                    "%s again %.0f ms after the first: the same press (a terminal or a "
+                    "wrapper sends it to every process of the group), still stopping "
+                    "gracefully; send it again to exit at once",
+                    name, elapsed * 1000,
+                )  # fmt: skip
+                return
             logger.warning("Second %s: exiting now", name)
             force_exit()
             return  # (it exits the process; a test's stand-in returns)
-        first_at = now
+        if stopping():
+            # Stopping for another reason (a burst's end, a recycle): no first press left.
+            logger.warning("%s while stopping: exiting now", name)
+            force_exit()
+            return
         logger.info(
             "%s received: no new jobs; in-flight jobs have %ss to finish (send it again "
             "to exit at once)",

@@ -56,3 +56,37 @@ def test_a_signal_during_a_stop_asked_for_otherwise_exits_at_once() -> None:
     rec.calls.append("stop")  # stopping already (a burst's end, a recycle): no window
     rec.handler()(signal.SIGTERM, None)
     assert rec.calls == ["stop", "force"]
+
+
+@pytest.mark.parametrize("nested_at", ["stopping", "stop"])
+def test_a_copy_that_interrupts_the_first_handler_is_still_the_same_press(nested_at: str) -> None:
+    # Python runs a handler between two bytecodes, those of a running handler included:
+    # a press's two SIGINTs nest. Whichever records itself first is the first press.
+    calls: list[str] = []
+    nested: list[bool] = []
+
+    def interrupt_once() -> None:
+        if not nested:
+            nested.append(True)
+            handle(signal.SIGINT, None)
+
+    def stopping() -> bool:
+        if nested_at == "stopping":
+            interrupt_once()
+        return "stop" in calls
+
+    def stop() -> None:
+        if nested_at == "stop":
+            interrupt_once()
+        calls.append("stop")
+
+    handle = signal_handler(
+        stopping=stopping,
+        stop=stop,
+        force_exit=lambda: calls.append("force"),
+        grace_period=30.0,
+        clock=lambda: 100.0,
+    )
+    handle(signal.SIGINT, None)
+    assert nested == [True]
+    assert calls == ["stop"]
