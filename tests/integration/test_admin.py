@@ -13,6 +13,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from django_durable_jobs.bulk import EXACT_COUNT_LIMIT
 from django_durable_jobs.constants import CREATED_INDEX, QUEUE_INDEX, STATUS_INDEX, TYPE_INDEX
 from django_durable_jobs.models import AuditEntry, Job, JobStatus
 from tests.factories import client_for, user_with
@@ -338,9 +339,15 @@ SCALE_URLS = [
 ]
 
 
-def test_the_lists_stay_cheap_with_200_000_rows(admin_client: Client) -> None:
-    """Bounded queries, no full COUNT(*) and no SELECT DISTINCT, on every list view."""
-    _fill(200_000)
+def test_the_lists_stay_cheap_past_the_exact_count_limit(admin_client: Client) -> None:
+    """Bounded queries, no full COUNT(*) and no SELECT DISTINCT, on every list view.
+
+    Four times the rows that the lists count exactly (the page then shows the planner's
+    estimate): the queries' shape is what is asserted, and it is the same at 200,000 rows
+    (what this test filled until CI's time mattered) or tens of millions (the pages' time
+    there: docs/benchmarks.md).
+    """
+    _fill(4 * EXACT_COUNT_LIMIT)
     admin_client.get("/admin/")  # the session is loaded: count each page's own queries
     for url in SCALE_URLS:
         with CaptureQueriesContext(connection) as captured:
