@@ -32,3 +32,8 @@ DURABLE_JOBS = {
 # NOTIFY of finished jobs (for wait()) costs the workers' commits (issue 26).
 if os.environ.get("BENCH_NOTIFY_FINISHED") == "0":
     DURABLE_JOBS["NOTIFY_FINISHED"] = False
+
+# BENCH_RETENTION, a JSON object, sets DURABLE_JOBS["RETENTION"] (benchmarks/soak.py:
+# finished jobs kept a minute, the workers' pruning running throughout).
+if os.environ.get("BENCH_RETENTION"):
+    DURABLE_JOBS["RETENTION"] = json.loads(os.environ["BENCH_RETENTION"])
