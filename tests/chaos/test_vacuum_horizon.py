@@ -1,4 +1,4 @@
-"""Scenario 10: a transaction holds back the vacuum horizon for 60 s while the workers drain.
+"""Scenario: a transaction holds back the vacuum horizon for 60 s while the workers drain.
 
 The issue's scenario: a session elsewhere (a "nightly report", as the
 workers' role) opens a ``REPEATABLE READ`` transaction, reads the job table
