@@ -424,7 +424,7 @@ SETTINGS: dict[str, Setting] = {
         "How long workers keep finished jobs before pruning them; None turns pruning off.",
     ),
     "HEALTH_HORIZON_AGE_SECONDS": Setting(
-        120.0,
+        30.0,
         _positive_seconds,
         "a number > 0",
         "How long a session or a prepared transaction may hold back the vacuum horizon of "

@@ -56,3 +56,16 @@ def test_every_alert_has_a_rule_test() -> None:
     alerts = set(re.findall(r"- alert: (\w+)", RULES.read_text()))
     tested = set(re.findall(r"alertname: (\w+)", RULE_TESTS.read_text()))
     assert alerts and alerts == tested
+
+
+def test_the_horizon_alert_and_the_doctor_share_a_threshold() -> None:
+    """The alert fires when ``jobs doctor`` starts to ask for an operator, not later."""
+    from django_durable_jobs.conf import SETTINGS
+
+    rule = re.search(
+        r"alert: DurableJobsVacuumHorizonHeld\n(?:.*\n)*?\s+expr: max\("
+        r"durable_jobs_db_horizon_age_seconds\) > ([\d.]+)\n",
+        RULES.read_text(),
+    )
+    assert rule is not None, "DurableJobsVacuumHorizonHeld's expr changed shape"
+    assert float(rule.group(1)) == SETTINGS["HEALTH_HORIZON_AGE_SECONDS"].default
