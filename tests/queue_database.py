@@ -30,17 +30,23 @@ def enabled() -> bool:
     return os.environ.get(ENV) == "1"
 
 
-def configure(namespace: MutableMapping[str, Any]) -> None:
-    """Add the ``queue`` alias to a settings module's globals (the mode's settings).
+def add_alias(databases: MutableMapping[str, Any]) -> None:
+    """The ``queue`` alias: a database of its own, beside the default one.
 
-    The example project does it itself when ``QUEUE_DATABASE_URL`` is set
-    (then this only makes sure of it); else the alias is the default
-    database's settings with another name.
+    The example project adds it itself when ``QUEUE_DATABASE_URL`` is set;
+    else it is the default database's settings with ``_queue`` appended to
+    the name. Always there in the test settings: without the mode, only the
+    tests that ask for it (tests/integration/test_queue_database.py) get its
+    test database, with every app's tables, since no router says otherwise.
     """
-    databases = namespace["DATABASES"]
     if ALIAS not in databases:
         default = databases["default"]
         databases[ALIAS] = {**default, "NAME": f"{default['NAME']}_queue"}
+
+
+def configure(namespace: MutableMapping[str, Any]) -> None:
+    """Put the queue on the ``queue`` alias in a settings module's globals (the mode)."""
+    add_alias(namespace["DATABASES"])
     namespace["DURABLE_JOBS"] = {**namespace.get("DURABLE_JOBS", {}), "DATABASE": ALIAS}
     routers = list(namespace.get("DATABASE_ROUTERS", []))
     if ROUTER not in routers:

@@ -52,5 +52,6 @@ if django.VERSION >= (6, 0) or TASKS_BACKPORT:  # noqa: F405
 # (tests/queue_database.py; tox's queuedb environment).
 from tests import queue_database  # noqa: E402
 
+queue_database.add_alias(DATABASES)
 if queue_database.enabled():
     queue_database.configure(globals())
