@@ -6,12 +6,13 @@ from datetime import datetime, timedelta, timezone
 from unittest import mock
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone as dj_timezone
 
 from django_durable_jobs import IdempotencyConflict, enqueue, enqueue_many
 from django_durable_jobs import db as gateway
 from django_durable_jobs.models import Job, JobStatus
+from tests.factories import queue_connection
 
 from .helpers import new_connection, run_in_threads, wait_for_lock_waiters
 
@@ -56,7 +57,7 @@ def test_positional_construction_matches_the_field_order() -> None:
 
 
 def test_delay_and_run_at_use_the_database_clock() -> None:
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute("SELECT now()")
         (db_now,) = cursor.fetchone()
     delayed = enqueue("tests.thing", delay=timedelta(minutes=5)).job
