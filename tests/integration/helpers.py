@@ -46,7 +46,7 @@ def new_connection(autocommit: bool = True) -> psycopg.Connection[Any]:
 def run_in_threads(count: int, target: Callable[[int], T], timeout: float = 60) -> list[T]:
     """Run ``target(i)`` in ``count`` threads released together; return results in order.
 
-    Each thread gets its own Django queue_connection, closed when it ends.
+    Each thread gets its own Django connection, closed when it ends.
     Exceptions are re-raised in the caller.
     """
     barrier = threading.Barrier(count)

@@ -241,7 +241,7 @@ def test_a_rolled_back_transaction_leaves_no_job() -> None:
     class Boom(Exception):
         pass
 
-    with pytest.raises(Boom), transaction.atomic():
+    with pytest.raises(Boom), transaction.atomic(using=gateway.database_alias()):
         enqueue("tests.thing", idempotency_key="rolled-back")
         enqueue_many([{"type": "tests.thing"}, {"type": "tests.thing"}])
         raise Boom
@@ -260,7 +260,7 @@ def test_database_errors_come_out_as_django_errors() -> None:
     with (
         mock.patch("django_durable_jobs.validation.validate_priority", lambda v: v),
         pytest.raises(DataError),
-        transaction.atomic(),
+        transaction.atomic(using=gateway.database_alias()),
     ):
         enqueue("tests.thing", priority=10**6)
 
@@ -306,7 +306,7 @@ def test_a_second_caller_waits_for_the_first_to_commit() -> None:
     release = threading.Event()
 
     def first(_: int) -> object:
-        with transaction.atomic():
+        with transaction.atomic(using=gateway.database_alias()):
             result = enqueue("tests.wait", {"n": 1}, idempotency_key="wait")
             inserted.set()
             release.wait(10)
@@ -343,7 +343,7 @@ def test_a_second_caller_inserts_when_the_first_rolls_back() -> None:
     def both(i: int) -> object:
         if i == 0:
             try:
-                with transaction.atomic():
+                with transaction.atomic(using=gateway.database_alias()):
                     enqueue("tests.wait", {"n": 1}, idempotency_key="rb")
                     inserted.set()
                     wait_for_lock_waiters(1)  # the second caller is blocked on the key
@@ -363,7 +363,7 @@ def test_notify_is_delivered_only_at_commit() -> None:
     listener = new_connection()
     try:
         listener.execute("LISTEN durable_jobs")
-        with transaction.atomic():
+        with transaction.atomic(using=gateway.database_alias()):
             enqueue("tests.notify", queue="emails")
             enqueue_many([{"type": "tests.notify", "queue": "reports"}] * 3)
             assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
@@ -373,7 +373,7 @@ def test_notify_is_delivered_only_at_commit() -> None:
             ("durable_jobs", "reports"),
         ]
         # A rolled-back enqueue notifies nobody.
-        with pytest.raises(RuntimeError), transaction.atomic():
+        with pytest.raises(RuntimeError), transaction.atomic(using=gateway.database_alias()):
             enqueue("tests.notify", queue="emails")
             raise RuntimeError
         assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
