@@ -29,11 +29,22 @@ E004 = "{name} must be a dict, got {kind}."
 E005 = "django-durable-jobs needs psycopg 3; database {alias!r} uses psycopg2."
 
 
+def _user_setting(key: str) -> Any:
+    """``DURABLE_JOBS[key]`` as the user wrote it, or None (a non-dict is E004's)."""
+    user = getattr(settings, SETTINGS_NAME, None)
+    return user.get(key) if isinstance(user, Mapping) else None
+
+
 @checks.register(checks.Tags.compatibility)
 def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E001: the job table's database must be PostgreSQL (checked without connecting)."""
     errors: list[checks.CheckMessage] = []
+    from . import db
+
+    configured = SETTINGS["DATABASE"].is_valid(_user_setting("DATABASE"))
     aliases = {router.db_for_write(Job) or "default", router.db_for_read(Job) or "default"}
+    if configured:
+        aliases.add(db.database_alias())
     for alias in sorted(aliases):
         if alias not in connections.settings:
             continue  # Django reports unknown aliases itself.
@@ -308,3 +319,108 @@ def check_immediate_mode(app_configs: Any = None, **kwargs: Any) -> list[checks.
     if settings.DEBUG or hasattr(mail, "outbox"):
         return []
     return [checks.Warning(W012.format(name=SETTINGS_NAME), hint=W012_HINT, id="durable_jobs.W012")]
+
+
+ROUTER_PATH = "django_durable_jobs.routers.QueueRouter"
+E013_UNKNOWN = "{name}['DATABASE'] is {alias!r}, which is not in DATABASES."
+E013_UNKNOWN_HINT = (
+    "Add DATABASES[{alias!r}], the PostgreSQL database the queue lives in, or remove "
+    "DATABASE to keep the queue where the routers put it (else 'default'). See "
+    "docs/guides/queue-database.md."
+)
+E013_NOT_ROUTED = (
+    "{name}['DATABASE'] is {alias!r}, but the database routers send the job models' "
+    "{what} to {routed!r}."
+)
+E013_MIGRATES_ELSEWHERE = (
+    "{name}['DATABASE'] is {alias!r}, but the database routers let migrate create the job "
+    "tables in {others} too."
+)
+E013_NO_MIGRATE = (
+    "{name}['DATABASE'] is {alias!r}, but the database routers do not let migrate create "
+    "the job tables there."
+)
+E013_ROUTER_HINT = (
+    "Add the package's router, before your own: "
+    "DATABASE_ROUTERS = [" + repr(ROUTER_PATH) + ", ...]. See docs/guides/queue-database.md."
+)
+W014 = (
+    "The queue's database is {alias!r}, not 'default': enqueue() is then NOT in the "
+    "application's transaction. A job enqueued inside transaction.atomic() on 'default' "
+    "commits at once, on its own connection: a worker may run it before the application's "
+    "data commits, and it stays queued when that transaction rolls back."
+)
+W014_HINT = (
+    "Enqueue in transaction.on_commit() of the application's database (the job then exists "
+    "only if the data committed, but a crash between the two commits loses it), or make the "
+    "handlers idempotent and tolerant of rows that are not there (yet). Silence "
+    "durable_jobs.W014 in SILENCED_SYSTEM_CHECKS once you have. See "
+    "docs/guides/queue-database.md."
+)
+
+
+@checks.register(checks.Tags.compatibility)
+def check_queue_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E013/W014: ``DATABASE`` names a database the routers really send the queue to.
+
+    Django reads only the routers in ``DATABASE_ROUTERS``: with ``DATABASE``
+    set and ``QueueRouter`` missing (or after a router that decides first),
+    the ORM (admin, API, CLI) would use another database than the gateway's
+    SQL. No connection is opened.
+    """
+    from . import db
+
+    alias = _user_setting("DATABASE")
+    if alias is not None and not SETTINGS["DATABASE"].is_valid(alias):
+        return []  # E003 reports it.
+    if alias is not None:
+        problems = _routing_problems(alias)
+        if problems:
+            return problems
+    queue_alias = db.database_alias()
+    if queue_alias == "default" or queue_alias not in connections.settings:
+        return []
+    return [checks.Warning(W014.format(alias=queue_alias), hint=W014_HINT, id="durable_jobs.W014")]
+
+
+def _routing_problems(alias: str) -> list[checks.CheckMessage]:
+    """E013: the alias exists, and reads, writes and migrations of ``Job`` go there only."""
+
+    def error(message: str, hint: str) -> checks.CheckMessage:
+        return checks.Error(message, hint=hint, obj=Job, id="durable_jobs.E013")
+
+    if alias not in connections.settings:
+        return [
+            error(
+                E013_UNKNOWN.format(name=SETTINGS_NAME, alias=alias),
+                E013_UNKNOWN_HINT.format(alias=alias),
+            )
+        ]
+    errors = []
+    for what, routed in (
+        ("writes", router.db_for_write(Job) or "default"),
+        ("reads", router.db_for_read(Job) or "default"),
+    ):
+        if routed != alias:
+            message = E013_NOT_ROUTED.format(
+                name=SETTINGS_NAME, alias=alias, what=what, routed=routed
+            )
+            errors.append(error(message, E013_ROUTER_HINT))
+    if not router.allow_migrate_model(alias, Job):
+        errors.append(
+            error(E013_NO_MIGRATE.format(name=SETTINGS_NAME, alias=alias), E013_ROUTER_HINT)
+        )
+    # A test mirror shares its database's tables; migrate never runs on it.
+    others = [
+        other
+        for other in connections.settings
+        if other != alias
+        and not connections.settings[other].get("TEST", {}).get("MIRROR")
+        and router.allow_migrate_model(other, Job)
+    ]
+    if others:
+        message = E013_MIGRATES_ELSEWHERE.format(
+            name=SETTINGS_NAME, alias=alias, others=", ".join(map(repr, sorted(others)))
+        )
+        errors.append(error(message, E013_ROUTER_HINT))
+    return errors

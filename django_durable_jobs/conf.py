@@ -274,6 +274,16 @@ SETTINGS: dict[str, Setting] = {
         "PostgreSQL NOTIFY channel that enqueue signals and workers listen on; finished jobs "
         "are NOTIFYed on it with '_finished' appended, for wait().",
     ),
+    "DATABASE": Setting(
+        None,
+        _alias_or_none,
+        "None or the alias of a PostgreSQL database in DATABASES",
+        "The DATABASES alias the queue lives in: its tables, migrations, enqueue, the worker, "
+        "the admin, the REST API and the CLI. None: where the project's routers send the Job "
+        "model, else 'default'. Another alias needs django_durable_jobs.routers.QueueRouter "
+        "in DATABASE_ROUTERS (E013), and takes enqueue out of the application's transactions "
+        "(W014).",
+    ),
     "LISTEN_DATABASE": Setting(
         None,
         _alias_or_none,

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from django.utils import timezone
 
+from . import db
 from .models import DependencyKind, Job, JobDependency, JobStatus, JobStep
 
 #: Step records a door shows at most (``steps_truncated`` says there are more).
@@ -44,7 +45,7 @@ def job_steps(job: Job, *, limit: int | None = None) -> Steps:
     """The job's first ``limit`` (``STEPS_SHOWN``) records, by position then id, without results."""
     limit = STEPS_SHOWN if limit is None else limit
     rows = list(
-        JobStep.objects.using(job._state.db or "default")
+        JobStep.objects.using(job._state.db or db.database_alias())
         .filter(job_id=job.pk)
         .only("id", "position", *STEP_FIELDS)
         .order_by("position", "id")[: limit + 1]
@@ -55,7 +56,7 @@ def job_steps(job: Job, *, limit: int | None = None) -> Steps:
 def step_names(job: Job, *, limit: int = STEPS_SHOWN) -> list[str]:
     """The job's step names, by position (what "retry from step" offers)."""
     return list(
-        JobStep.objects.using(job._state.db or "default")
+        JobStep.objects.using(job._state.db or db.database_alias())
         .filter(job_id=job.pk)
         .order_by("position", "id")
         .values_list("name", flat=True)[:limit]
@@ -99,7 +100,7 @@ def waiting_for(job: Job) -> dict[str, Any] | None:
     if job.status != JobStatus.WAITING:
         return None
     parents = (
-        JobDependency.objects.using(job._state.db or "default")
+        JobDependency.objects.using(job._state.db or db.database_alias())
         .filter(child_id=job.pk, kind=DependencyKind.DEPENDS_ON, resolved=False)
         .order_by("id")
         .values_list("parent_id", flat=True)[:PARENTS_SHOWN]

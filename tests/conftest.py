@@ -125,3 +125,35 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if os.environ.get("TEST_FLUSH") != "truncate":
         reset.install()
+
+
+#: The fixtures that give a test the database (pytest-django's, and the e2e tier's ``manage``).
+_DB_FIXTURES = ("db", "transactional_db", "live_server", "django_db_reset_sequences")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With the queue on its own database, every database test may use both aliases.
+
+    pytest-django lets a test query "default" only unless its marker names
+    more; it also creates only the test databases that the collected tests
+    name. A marker of the test's own, with the queue alias added, does both.
+    """
+    from tests import queue_database
+
+    if not queue_database.enabled():
+        return
+    from pytest_django.fixtures import validate_django_db
+
+    queue_database.install()
+    for item in items:
+        marker = item.get_closest_marker("django_db")
+        if marker is None and not any(f in getattr(item, "fixturenames", ()) for f in _DB_FIXTURES):
+            continue
+        kwargs = dict(marker.kwargs) if marker is not None else {}
+        databases = validate_django_db(marker)[2] if marker is not None else None
+        if databases == "__all__":
+            continue
+        kwargs["databases"] = sorted({*(databases or ("default",)), queue_database.ALIAS})
+        item.add_marker(
+            pytest.mark.django_db(*(marker.args if marker else ()), **kwargs), append=False
+        )

@@ -12,6 +12,8 @@ from example_project.settings import *  # noqa: F403
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]  # noqa: F405
 DURABLE_JOBS = {"BACKOFF_BASE_SECONDS": 0.05, "BACKOFF_MAX_SECONDS": 1.0}
+if "queue" in DATABASES:  # noqa: F405 (QUEUE_DATABASE_URL: tests/queue_database.py)
+    DURABLE_JOBS["DATABASE"] = "queue"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

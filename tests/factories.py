@@ -22,8 +22,10 @@ from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.contrib.auth.models import Permission, User
+from django.db import connections
 from django.test import Client
 from django.utils import timezone
+from django.utils.connection import ConnectionProxy
 
 from django_durable_jobs import db, enqueue
 from django_durable_jobs.backoff import RetryPolicy
@@ -41,6 +43,26 @@ GOOD_QUEUES = ["default", "emails", "reports.v2", "a-b_c", "_private", "0", "q" 
 # Without "," and ":": on the command line those separate queues and slots.
 BAD_QUEUES = ["bad queue", "q" * 101, ".hidden", "-dash", "é", "a/b", "a;b", "a\x00b"]
 HANDLER_THREAD_PREFIX = "durable-jobs-handler-"
+
+
+class _QueueConnection(ConnectionProxy):
+    """Django's ``connection``, of the queue's database: ``db.database_alias()`` at each use.
+
+    The job tables' connection: "default", or the ``queue`` alias when the
+    suite runs with the queue on its own database (tests/queue_database.py).
+    A test that reads or writes the job tables in SQL, or counts their
+    queries, uses this rather than ``django.db.connection``.
+    """
+
+    def __init__(self) -> None:
+        self.__dict__["_connections"] = connections
+
+    @property
+    def _alias(self) -> str:  # type: ignore[override]
+        return db.database_alias()
+
+
+queue_connection: Any = _QueueConnection()
 
 
 def wait_until(

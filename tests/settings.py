@@ -47,3 +47,11 @@ if django.VERSION >= (6, 0) or TASKS_BACKPORT:  # noqa: F405
         },
         "immediate": {"BACKEND": f"{TASKS_API}.backends.immediate.ImmediateBackend"},
     }
+
+# DURABLE_JOBS_TEST_QUEUE_DATABASE=1: the queue on a database of its own
+# (tests/queue_database.py; tox's queuedb environment).
+from tests import queue_database  # noqa: E402
+
+queue_database.add_alias(DATABASES)
+if queue_database.enabled():
+    queue_database.configure(globals())

@@ -31,7 +31,7 @@ from django.utils.text import Truncator, capfirst
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from .. import audit, bulk, operations, step_records
+from .. import audit, bulk, db, operations, step_records
 from ..authorization import Actor, user_can
 from ..conf import jobs_settings
 from ..exceptions import IdempotencyConflict
@@ -585,7 +585,7 @@ class JobAdmin(BoundedJobListMixin, JobModelAdmin):
         context = {**(extra_context or {})}
         job_id = self._job_or_none(object_id)
         if job_id is not None:
-            entries = audit.entries(using=job_id._state.db or "default", job=job_id.pk)
+            entries = audit.entries(using=job_id._state.db or db.database_alias(), job=job_id.pk)
             context.update(history_context(entries, job_id=str(job_id.pk)))
         return super().history_view(request, object_id, context)
 

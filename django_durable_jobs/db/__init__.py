@@ -210,9 +210,19 @@ __all__ = [
 
 
 def database_alias(using: str | None = None) -> str:
-    """The database the ``Job`` table lives in (as the project's routers say)."""
+    """The database the ``Job`` table lives in.
+
+    ``DURABLE_JOBS["DATABASE"]`` when set (the shipped ``QueueRouter`` sends
+    the ORM there too), else what the project's routers say, else
+    ``"default"``.
+    """
     if using is not None:
         return using
+    from ..conf import jobs_settings
+
+    configured: str | None = jobs_settings.DATABASE
+    if configured is not None:
+        return configured
     from ..models import Job  # models import conf; the gateway must import without apps ready
 
     return router.db_for_write(Job) or "default"

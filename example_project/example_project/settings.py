@@ -82,6 +82,7 @@ ALLOWED_HOSTS = [
 ]
 ALLOWED_HOSTS = [host for host in ALLOWED_HOSTS if host]
 
+SILENCED_SYSTEM_CHECKS: list[str] = []
 if os.environ.get("DJANGO_HTTPS", "") == "1":
     SECURE_SSL_REDIRECT = True
     SESSION_COOKIE_SECURE = True
@@ -94,7 +95,7 @@ if os.environ.get("DJANGO_HTTPS", "") == "1":
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     # Preloading asks browsers to hard-code HTTPS for the whole domain, a
     # decision for the domain's owner that an example cannot make for them.
-    SILENCED_SYSTEM_CHECKS = ["security.W021"]
+    SILENCED_SYSTEM_CHECKS.append("security.W021")
 
 # Django 5.2 with the django-tasks backport of django.tasks (the `tasks` extra),
 # imported as django_tasks: an app of its own, as its documentation asks.
@@ -195,6 +196,24 @@ DURABLE_JOBS: dict[str, object] = {
 }
 if DIRECT_DATABASE_URL:
     DURABLE_JOBS["LISTEN_DATABASE"] = "direct"
+
+# QUEUE_DATABASE_URL, when set, puts the queue in a database of its own, the
+# "queue" alias (docs/guides/queue-database.md): its tables, enqueue, the
+# worker, the admin and the API use it; the example's own tables stay in
+# DATABASE_URL's. Enqueue then leaves the application's transactions
+# (durable_jobs.W014): the example's jobs carry what they need in their
+# payload, and example.checkout's Receipt, written by an atomic step, is
+# then no longer in the step's transaction (its retry may write it twice).
+QUEUE_DATABASE_URL = os.environ.get("QUEUE_DATABASE_URL", "").strip()
+if QUEUE_DATABASE_URL:
+    DATABASES["queue"] = {
+        **parse_database_url(QUEUE_DATABASE_URL, "QUEUE_DATABASE_URL"),
+        "CONN_MAX_AGE": DATABASES["default"]["CONN_MAX_AGE"],
+        "CONN_HEALTH_CHECKS": True,
+    }
+    DURABLE_JOBS["DATABASE"] = "queue"
+    DATABASE_ROUTERS = ["django_durable_jobs.routers.QueueRouter"]
+    SILENCED_SYSTEM_CHECKS.append("durable_jobs.W014")
 
 # EXAMPLE_RECORD_OUTCOMES=1: example/receivers.py records each job_finished
 # signal as an example.JobOutcome row (docs/guides/signals.md). Off by

@@ -10,7 +10,7 @@ from typing import NoReturn
 import pytest
 from django.db import connection
 
-from .helpers import MANAGE, ROOT, Workers, test_database_url
+from .helpers import MANAGE, ROOT, Workers, queue_database_env, test_database_url
 from .pgbouncer import PACKAGE, PgBouncer, find_binary
 
 
@@ -41,6 +41,7 @@ def manage(transactional_db: None):  # type: ignore[no-untyped-def]
     env = {
         **os.environ,
         "DATABASE_URL": test_database_url(),
+        **queue_database_env(),
         "DJANGO_SETTINGS_MODULE": "example_project.settings",
         "PYTHONWARNINGS": "error",
     }

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
-from django.db import connection
+from django.db import connections
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_durable_jobs.models import Job
@@ -34,9 +34,9 @@ def size(short: int, long: int) -> int:
     return long if LONG else short
 
 
-def test_database_url() -> str:
-    """A DATABASE_URL for the test database pytest-django created."""
-    s = connection.settings_dict
+def test_database_url(alias: str = "default") -> str:  # noqa: PT028 (not a test)
+    """A DATABASE_URL for the test database pytest-django created (for ``alias``)."""
+    s = connections[alias].settings_dict
     user = quote(s["USER"] or "", safe="")
     password = f":{quote(s['PASSWORD'], safe='')}" if s["PASSWORD"] else ""
     auth = f"{user}{password}@" if user else ""
@@ -46,6 +46,20 @@ def test_database_url() -> str:
 
 
 test_database_url.__test__ = False  # type: ignore[attr-defined]
+
+
+def queue_database_env() -> dict[str, str]:
+    """``QUEUE_DATABASE_URL`` for a process's environment, with the queue on its own database.
+
+    The example project (and so ``tests.e2e_settings``) then puts the queue
+    on its ``queue`` alias (tests/queue_database.py); without the mode,
+    nothing, and a ``QUEUE_DATABASE_URL`` of the caller's is not passed on.
+    """
+    from tests import queue_database
+
+    if not queue_database.enabled():
+        return {"QUEUE_DATABASE_URL": ""}
+    return {"QUEUE_DATABASE_URL": test_database_url(queue_database.ALIAS)}
 
 
 class Workers:
@@ -59,6 +73,7 @@ class Workers:
             "DATABASE_URL": test_database_url(),
             "DJANGO_SETTINGS_MODULE": "tests.e2e_settings",
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "example_project")]),
+            **queue_database_env(),
         }
 
     def start(self, *args: str) -> subprocess.Popen[bytes]:

@@ -26,7 +26,7 @@ from django_durable_jobs.models import Job, JobStatus
 from tests.factories import make_user
 from tests.ports import free_port
 
-from .helpers import MANAGE, ROOT, Workers, test_database_url, wait_for
+from .helpers import MANAGE, ROOT, Workers, queue_database_env, test_database_url, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -40,6 +40,7 @@ class Server:
         env = {
             **os.environ,
             "DATABASE_URL": test_database_url(),
+            **queue_database_env(),
             "DJANGO_SETTINGS_MODULE": "example_project.settings",
             "DJANGO_DEBUG": "1",  # plain HTTP, as the demo serves it
         }

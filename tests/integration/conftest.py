@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from django.db import connection
 from django.test import override_settings
 
-from tests.factories import FAST_BACKOFF
+from tests.factories import FAST_BACKOFF, queue_connection
 
 
 @pytest.fixture
@@ -32,7 +31,7 @@ ROWS = {
 @pytest.fixture
 def big_table() -> None:
     """A job table of 50,500 rows of every status, ANALYZEd: for the query plans' tests."""
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         for status, (count, offset) in ROWS.items():
             cursor.execute(
                 f"""

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 from django.contrib.messages import get_messages
-from django.db import connection, connections
+from django.db import connections
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,6 +26,7 @@ from tests.factories import (
     RunningWorker,
     burst,
     make_job,
+    queue_connection,
     wait_until,
     worker_config,
 )
@@ -35,7 +36,7 @@ T = TypeVar("T")
 
 def new_connection(autocommit: bool = True) -> psycopg.Connection[Any]:
     """A psycopg connection of its own to the test database (outside Django)."""
-    params = connection.get_connection_params()
+    params = queue_connection.get_connection_params()
     params.pop("cursor_factory", None)
     params.pop("context", None)
     params.pop("prepare_threshold", None)
@@ -76,7 +77,7 @@ def wait_for_lock_waiters(count: int = 1, timeout: float = WAIT_SECONDS) -> None
     """Until ``count`` sessions on the test database wait on a lock (a row, a key, a transaction).
 
     The positive event a "the second caller blocks" test needs, instead of
-    sleeping and hoping the other thread got there. Asked on a connection
+    sleeping and hoping the other thread got there. Asked on a queue_connection
     of its own: inside a transaction PostgreSQL keeps showing the first look.
     """
     with new_connection() as conn:
@@ -291,7 +292,7 @@ def drain_with(workers: int, count: int, **config: object) -> list[Job]:
 
 def explain(sql: str, params: dict[str, object]) -> str:
     """The plan as JSON text (EXPLAIN without ANALYZE: the UPDATE does not run)."""
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
         return json.dumps(cursor.fetchone()[0])
 

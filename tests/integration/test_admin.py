@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -16,7 +15,7 @@ from django.utils import timezone
 from django_durable_jobs.bulk import EXACT_COUNT_LIMIT
 from django_durable_jobs.constants import CREATED_INDEX, QUEUE_INDEX, STATUS_INDEX, TYPE_INDEX
 from django_durable_jobs.models import AuditEntry, Job, JobStatus
-from tests.factories import client_for, user_with
+from tests.factories import client_for, queue_connection, user_with
 
 from .helpers import empty_job_table
 
@@ -305,7 +304,7 @@ def test_a_post_to_the_change_page_does_not_change_the_job(admin_client: Client)
 
 
 def _fill(rows: int) -> None:
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         empty_job_table(cursor)
         cursor.execute(
             """
@@ -350,7 +349,7 @@ def test_the_lists_stay_cheap_past_the_exact_count_limit(admin_client: Client) -
     _fill(4 * EXACT_COUNT_LIMIT)
     admin_client.get("/admin/")  # the session is loaded: count each page's own queries
     for url in SCALE_URLS:
-        with CaptureQueriesContext(connection) as captured:
+        with CaptureQueriesContext(queue_connection) as captured:
             response = admin_client.get(url)
         assert response.status_code == 200
         queries = [query["sql"] for query in captured.captured_queries]

@@ -11,7 +11,6 @@ from html import unescape
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -19,7 +18,7 @@ from django_durable_jobs import queue_overview as overview_module
 from django_durable_jobs.models import Job, JobStatus, QueueMinuteStats, QueueState
 from django_durable_jobs.pausing import pause_queue, paused_queues
 from django_durable_jobs.queue_overview import CHART_MINUTES, queue_overview
-from tests.factories import client_for, make_job, user_with
+from tests.factories import client_for, make_job, queue_connection, user_with
 
 pytestmark = pytest.mark.django_db
 
@@ -76,7 +75,7 @@ def test_a_count_past_the_cap_is_the_planners_estimate(
     admin_client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(overview_module, "EXACT_COUNT_CAP", 5)
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute(
             """
             INSERT INTO durable_jobs_job (id, type, queue, payload, status, priority, attempts,

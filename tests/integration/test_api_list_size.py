@@ -10,14 +10,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_durable_jobs import enqueue_many
 from django_durable_jobs.models import Job, JobStatus
-from tests.factories import Api, make_job
+from tests.factories import Api, make_job, queue_connection
 
 from .helpers import assert_error
 
@@ -76,7 +75,7 @@ def test_a_list_row_is_a_summary_and_the_detail_has_everything(staff: Api) -> No
 
 def test_a_summary_page_of_large_jobs_is_small_and_reads_no_payload(staff: Api) -> None:
     ids = _big_jobs(8)
-    with CaptureQueriesContext(connection) as queries:
+    with CaptureQueriesContext(queue_connection) as queries:
         response = staff.get("/api/jobs?page_size=1000")
     assert [row["id"] for row in response.json()["results"]] == ids
     assert len(response.content) < 8 * 1000

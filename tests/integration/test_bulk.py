@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 from django.utils import timezone
 
 from django_durable_jobs import bulk, db, enqueue, enqueue_many
@@ -23,7 +23,7 @@ from django_durable_jobs.db.records import ClaimedJob
 from django_durable_jobs.enqueueing import enqueue_own
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker.outcomes import Failure, dead
-from tests.factories import WAIT_SECONDS
+from tests.factories import WAIT_SECONDS, queue_connection
 
 from .helpers import new_connection, wait_for_lock_waiters
 
@@ -61,8 +61,8 @@ def test_requeue_matching_requeues_every_match_in_batches_of_their_own_transacti
     seen: list[tuple[int, int, int]] = []
 
     def on_batch(progress: BulkProgress) -> None:
-        assert connection.in_atomic_block  # inside the batch's transaction
-        with connection.cursor() as cursor:
+        assert queue_connection.in_atomic_block  # inside the batch's transaction
+        with queue_connection.cursor() as cursor:
             cursor.execute("SELECT txid_current()")
             (txid,) = cursor.fetchone()
         # What another session sees: the batches before this one, committed.
@@ -345,7 +345,7 @@ def test_bad_input_is_an_invalid_filter_and_changes_nothing(call: Any, field: st
 
 def test_the_count_is_exact_up_to_the_limit_then_an_estimate() -> None:
     make_jobs(30, JobStatus.DEAD)
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute("ANALYZE durable_jobs_job")
     queryset = JobFilter(status="dead").queryset()
     assert bulk.count_or_estimate(queryset, limit=100) == (30, False)

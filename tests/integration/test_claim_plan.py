@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from django.db import connection
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -29,6 +28,7 @@ from django_durable_jobs.held_back import held_back
 from django_durable_jobs.models import QueueMinuteStats
 from django_durable_jobs.pausing import pause_queue
 from django_durable_jobs.queue_overview import queue_overview
+from tests.factories import queue_connection
 
 from .helpers import explain, seq_scanned
 
@@ -55,7 +55,7 @@ def test_claim_with_a_paused_queue_still_uses_the_claim_index(big_table: None) -
     plan = explain(QUERIES["claim_jobs"], {**PARAMS, "excluded": ["reports"]})
     assert CLAIM_INDEX in plan, plan
     assert "durable_jobs_job" not in seq_scanned(plan), plan
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute(QUERIES["claim_jobs"], {**PARAMS, "limit": 100, "excluded": ["reports"]})
         queues = {row[2] for row in cursor.fetchall()}
     assert queues == {"default", "emails"}
@@ -65,7 +65,7 @@ def test_claim_with_a_paused_queue_still_uses_the_claim_index(big_table: None) -
 def test_a_small_queue_is_claimed_by_index_past_a_big_backlog(
     big_table: None, queues: list[str]
 ) -> None:
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute(
             """
             INSERT INTO durable_jobs_job (id, type, queue, payload, status, priority, attempts,
@@ -86,7 +86,7 @@ def test_a_small_queue_is_claimed_by_index_past_a_big_backlog(
 
 def test_claim_reads_few_rows_for_a_small_batch(big_table: None) -> None:
     # ANALYZE runs the UPDATE: inside the test's transaction, rolled back after.
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + QUERIES["claim_jobs"], PARAMS)
         plan = cursor.fetchone()[0][0]
     assert plan["Plan"]["Actual Rows"] == 10 or plan["Plan"].get("Actual Rows") == 0
@@ -103,7 +103,7 @@ def test_claim_reads_few_rows_for_a_small_batch(big_table: None) -> None:
 
 
 def test_claim_takes_the_highest_priority_then_oldest(big_table: None) -> None:
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute(
             """
             SELECT id FROM durable_jobs_job
@@ -141,7 +141,7 @@ def test_reaper_and_listing_indexes_serve_their_queries(big_table: None) -> None
 
 
 def test_what_is_held_back_is_counted_by_index_never_a_seq_scan(big_table: None) -> None:
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         # A keyed backlog: 40 keys of a type limited to 1, 20 of them busy.
         cursor.execute(
             """
@@ -165,7 +165,7 @@ def test_what_is_held_back_is_counted_by_index_never_a_seq_scan(big_table: None)
     queues = {"emails": {"concurrency": 1}, "reports": {"rate_limit": "5/s"}}
     with (
         override_settings(DURABLE_JOBS={"QUEUES": queues}),
-        CaptureQueriesContext(connection) as captured,
+        CaptureQueriesContext(queue_connection) as captured,
     ):
         held = held_back("default")
     assert held["emails"]["concurrency"] == 2_000  # its third of the 6,000 runnable
@@ -199,7 +199,7 @@ def test_seq_scanned_finds_a_sequential_scan(big_table: None) -> None:
 def job_table_plans(client: Client, url: str) -> list[tuple[str, str]]:
     """``(statement, plan)`` of each statement reading the job table that a GET of ``url``
     runs (an EXPLAIN it runs itself reads no rows: left out)."""
-    with CaptureQueriesContext(connection) as captured:
+    with CaptureQueriesContext(queue_connection) as captured:
         response = client.get(url)
     assert response.status_code == 200
     statements = [
@@ -212,19 +212,19 @@ def job_table_plans(client: Client, url: str) -> list[tuple[str, str]]:
     # planner chose changed with the tests that ran before (CI). With seq scans costed
     # out, a statement that no index can serve still shows its Seq Scan: that is what
     # these tests look for.
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
     try:
         return [(sql, explain(sql, {})) for sql in statements]
     finally:
-        with connection.cursor() as cursor:
+        with queue_connection.cursor() as cursor:
             cursor.execute("RESET enable_seqscan")
 
 
 def test_the_queues_page_reads_the_job_table_by_index_only(
     big_table: None, admin_client: Client
 ) -> None:
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         # Waiting jobs too, in one queue, and a queue known only from its last hour.
         cursor.execute(
             """

@@ -1,7 +1,7 @@
 """The database's health against the real PostgreSQL: who holds the vacuum horizon, dead
 tuples, `jobs doctor`'s words and exit status, the metrics, the Queues page's notice.
 
-A held horizon is a transaction on a connection of its own that holds a snapshot
+A held horizon is a transaction on a queue_connection of its own that holds a snapshot
 (REPEATABLE READ and a SELECT). Statistics counters reach the shared views
 asynchronously: ``flush_stats`` makes them arrive (``pg_stat_force_next_flush()``,
 PostgreSQL >= 15) or waits until they have (older servers). No assertion is about time:
@@ -20,12 +20,11 @@ import psycopg
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
 from django.test import Client, override_settings
 
 from django_durable_jobs import doctor
 from django_durable_jobs.models import Job, JobStatus
-from tests.factories import wait_until
+from tests.factories import queue_connection, wait_until
 
 from .helpers import make_jobs, messages_of, new_connection, scrape, value
 
@@ -81,8 +80,8 @@ def doctor_text(**settings: Any) -> tuple[int, str]:
 
 def flush_stats() -> None:
     """Make this connection's table counters visible in pg_stat_user_tables."""
-    with connection.cursor() as cursor:
-        if connection.pg_version >= 150000:
+    with queue_connection.cursor() as cursor:
+        if queue_connection.pg_version >= 150000:
             # Flushed when the backend next goes idle, before the next statement runs.
             cursor.execute("SELECT pg_stat_force_next_flush()")
             return
@@ -156,7 +155,7 @@ def test_the_horizon_metric_is_the_holders_age(holder: psycopg.Connection[Any]) 
 
 @pytest.mark.django_db
 def test_a_prepared_transaction_is_named_by_its_gid() -> None:
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute("SHOW max_prepared_transactions")
         allowed = int(cursor.fetchone()[0])
     if allowed == 0:
@@ -185,7 +184,7 @@ def test_a_role_without_pg_read_all_stats_sees_the_sessions_hidden(
     holder: psycopg.Connection[Any],
 ) -> None:
     role = f"durable_jobs_doctor_reader_{os.getpid()}"
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         # Rolled back with the test's transaction, as SET LOCAL is.
         cursor.execute(f"CREATE ROLE {role} NOLOGIN")
         cursor.execute(f"SET LOCAL ROLE {role}")

@@ -6,12 +6,13 @@ from datetime import datetime, timedelta, timezone
 from unittest import mock
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone as dj_timezone
 
 from django_durable_jobs import IdempotencyConflict, enqueue, enqueue_many
 from django_durable_jobs import db as gateway
 from django_durable_jobs.models import Job, JobStatus
+from tests.factories import queue_connection
 
 from .helpers import new_connection, run_in_threads, wait_for_lock_waiters
 
@@ -56,7 +57,7 @@ def test_positional_construction_matches_the_field_order() -> None:
 
 
 def test_delay_and_run_at_use_the_database_clock() -> None:
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute("SELECT now()")
         (db_now,) = cursor.fetchone()
     delayed = enqueue("tests.thing", delay=timedelta(minutes=5)).job
@@ -240,7 +241,7 @@ def test_a_rolled_back_transaction_leaves_no_job() -> None:
     class Boom(Exception):
         pass
 
-    with pytest.raises(Boom), transaction.atomic():
+    with pytest.raises(Boom), transaction.atomic(using=gateway.database_alias()):
         enqueue("tests.thing", idempotency_key="rolled-back")
         enqueue_many([{"type": "tests.thing"}, {"type": "tests.thing"}])
         raise Boom
@@ -259,7 +260,7 @@ def test_database_errors_come_out_as_django_errors() -> None:
     with (
         mock.patch("django_durable_jobs.validation.validate_priority", lambda v: v),
         pytest.raises(DataError),
-        transaction.atomic(),
+        transaction.atomic(using=gateway.database_alias()),
     ):
         enqueue("tests.thing", priority=10**6)
 
@@ -305,7 +306,7 @@ def test_a_second_caller_waits_for_the_first_to_commit() -> None:
     release = threading.Event()
 
     def first(_: int) -> object:
-        with transaction.atomic():
+        with transaction.atomic(using=gateway.database_alias()):
             result = enqueue("tests.wait", {"n": 1}, idempotency_key="wait")
             inserted.set()
             release.wait(10)
@@ -342,7 +343,7 @@ def test_a_second_caller_inserts_when_the_first_rolls_back() -> None:
     def both(i: int) -> object:
         if i == 0:
             try:
-                with transaction.atomic():
+                with transaction.atomic(using=gateway.database_alias()):
                     enqueue("tests.wait", {"n": 1}, idempotency_key="rb")
                     inserted.set()
                     wait_for_lock_waiters(1)  # the second caller is blocked on the key
@@ -362,7 +363,7 @@ def test_notify_is_delivered_only_at_commit() -> None:
     listener = new_connection()
     try:
         listener.execute("LISTEN durable_jobs")
-        with transaction.atomic():
+        with transaction.atomic(using=gateway.database_alias()):
             enqueue("tests.notify", queue="emails")
             enqueue_many([{"type": "tests.notify", "queue": "reports"}] * 3)
             assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
@@ -372,7 +373,7 @@ def test_notify_is_delivered_only_at_commit() -> None:
             ("durable_jobs", "reports"),
         ]
         # A rolled-back enqueue notifies nobody.
-        with pytest.raises(RuntimeError), transaction.atomic():
+        with pytest.raises(RuntimeError), transaction.atomic(using=gateway.database_alias()):
             enqueue("tests.notify", queue="emails")
             raise RuntimeError
         assert list(listener.notifies(timeout=0.3, stop_after=1)) == []

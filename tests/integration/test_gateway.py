@@ -7,7 +7,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -15,6 +15,7 @@ from django_durable_jobs import db, enqueue, enqueue_many
 from django_durable_jobs.backoff import RetryPolicy
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker.maintenance import REAPER_LOCK_KEY, reaped
+from tests.factories import queue_connection
 
 from .helpers import new_connection, wait_for_lock_waiters
 
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_a_single_enqueue_goes_through_djangos_cursor() -> None:
     """Debug Toolbar, Sentry, OpenTelemetry and CaptureQueriesContext hook Django's cursor."""
-    with CaptureQueriesContext(connection) as queries:
+    with CaptureQueriesContext(queue_connection) as queries:
         job = enqueue("tests.record", {"n": 1}).job
     (query,) = queries.captured_queries
     assert "INSERT INTO durable_jobs_job" in query["sql"]
@@ -37,14 +38,14 @@ def test_a_wrapper_on_djangos_execution_sees_a_single_enqueue() -> None:
         seen.append(sql)
         return execute(sql, params, many, context)
 
-    with connection.execute_wrapper(wrapper):
+    with queue_connection.execute_wrapper(wrapper):
         enqueue("tests.record")
     assert len(seen) == 1 and "INSERT INTO durable_jobs_job" in seen[0]
 
 
 def test_enqueue_many_keeps_the_fast_path() -> None:
     """Measured: a 20,000-job batch is about a third faster on the binary cursor."""
-    with CaptureQueriesContext(connection) as queries:
+    with CaptureQueriesContext(queue_connection) as queries:
         results = enqueue_many([{"type": "tests.record"}] * 3)
     assert len(results) == 3
     # The transaction's SAVEPOINT/RELEASE go through Django; the INSERT does not.

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import OperationalError, connection
+from django.db import OperationalError
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -34,6 +34,7 @@ from tests.factories import (
     handler_threads,
     join_handler_threads,
     make_job,
+    queue_connection,
     reaper,
     wait_until,
 )
@@ -163,7 +164,7 @@ def test_queue_depth_and_oldest_pending_age_are_read_at_scrape_time(queue: str) 
 
 def test_scrapes_within_the_cache_window_query_once() -> None:
     collector = metrics.QueueDepthCollector(ttl=60.0)
-    with CaptureQueriesContext(connection) as queries:
+    with CaptureQueriesContext(queue_connection) as queries:
         list(collector.collect())
         list(collector.collect())
     # One reading: the depth's statement and the suspended jobs' one.
@@ -214,7 +215,7 @@ def schedule_samples(collector: metrics.ScheduleCollector) -> dict[tuple[str, st
 def tick_minutely(now: datetime | None = None) -> ScheduleState:
     """What a worker's scheduler does: enqueue the due tick and record it."""
     schedules = [s for s in load_schedules()[0] if s.name == "tests.m_minutely"]
-    assert Scheduler(connection.alias, "metrics-test", schedules).run_once(now)
+    assert Scheduler(queue_connection.alias, "metrics-test", schedules).run_once(now)
     return ScheduleState.objects.get(name="tests.m_minutely")
 
 
@@ -286,11 +287,11 @@ def test_a_schedule_that_stopped_ticking_fires_the_alert_and_a_running_one_does_
 def test_schedule_ticks_are_one_cached_query_and_none_without_schedules() -> None:
     with override_settings(DURABLE_JOBS={"SCHEDULES": SCHEDULES}):
         collector = metrics.ScheduleCollector(ttl=60.0)
-        with CaptureQueriesContext(connection) as queries:
+        with CaptureQueriesContext(queue_connection) as queries:
             list(collector.collect())
             list(collector.collect())
         assert len([q for q in queries if "durable_jobs_schedule" in q["sql"]]) == 1
-    with CaptureQueriesContext(connection) as queries:
+    with CaptureQueriesContext(queue_connection) as queries:
         assert schedule_samples(metrics.ScheduleCollector(ttl=0.0)) == {}
     assert len(queries) == 0
 
@@ -302,7 +303,7 @@ def test_schedule_ticks_are_left_out_when_the_database_does_not_answer(
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise OperationalError("the database is down")
 
-    monkeypatch.setattr(connection, "cursor", refuse)
+    monkeypatch.setattr(queue_connection, "cursor", refuse)
     assert schedule_samples(metrics.ScheduleCollector(ttl=0.0)) == {}
     assert "Schedule ticks for metrics unavailable: the database is down" in caplog.text
 

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from django.apps import apps
 from django.core.management import call_command
-from django.db import connection
 from django.db.migrations.loader import MigrationLoader
 
 from django_durable_jobs.constants import (
@@ -31,6 +30,7 @@ from django_durable_jobs.constants import (
     STATUS_INDEX,
 )
 from django_durable_jobs.models import Job
+from tests.factories import queue_connection
 
 pytestmark = pytest.mark.django_db
 
@@ -44,7 +44,7 @@ def _tables() -> list[str]:
 
 def _schema() -> dict[str, Any]:
     """The app's tables as the catalog describes them: columns, indexes, constraints, statistics."""
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute(
             """
             SELECT table_name, column_name, data_type, is_nullable, column_default
@@ -168,7 +168,7 @@ def test_the_claim_order_reads_the_claim_index() -> None:
     # The claim's own SQL is checked on a big table in test_claim_plan.py;
     # here, the same filter and order on the migrated table: no sort, no
     # sequential scan, however many finished jobs it holds.
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute(
             """
             INSERT INTO durable_jobs_job (

@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
@@ -20,7 +19,7 @@ from django_durable_jobs.db.queries import QUERIES
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker import maintenance as maintenance_module
 from django_durable_jobs.worker.maintenance import PRUNER_LOCK_KEY, Maintenance
-from tests.factories import make_job, wait_until
+from tests.factories import make_job, queue_connection, wait_until
 
 from .helpers import new_connection
 
@@ -134,7 +133,7 @@ def test_prune_reports_each_batch() -> None:
 
 
 def test_prune_is_served_by_the_finished_index() -> None:
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute(
             """
             INSERT INTO durable_jobs_job (id, type, queue, payload, status, priority, attempts,
@@ -150,7 +149,7 @@ def test_prune_is_served_by_the_finished_index() -> None:
         cursor.execute("ANALYZE durable_jobs_job")
     # Bound as the gateway binds it (server-side, binary), so the planner
     # sees the parameters the way production queries pass them.
-    server = db._cursor(connection)
+    server = db._cursor(queue_connection)
     server.execute(
         "EXPLAIN (FORMAT JSON) " + QUERIES["prune_jobs"],
         {

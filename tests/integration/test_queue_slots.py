@@ -7,7 +7,6 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from django.db import connection
 from django.db.models import Count
 
 from django_durable_jobs import db as gateway
@@ -18,7 +17,7 @@ from django_durable_jobs.db.records import ClaimedJob
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker import Worker, WorkerConfig
 from django_durable_jobs.worker.pool import Slots
-from tests.factories import RunningWorker, wait_until, worker_config
+from tests.factories import RunningWorker, queue_connection, wait_until, worker_config
 from tests.testapp.jobs import gate
 from tests.testapp.models import Execution
 
@@ -166,7 +165,7 @@ def test_the_per_queue_claim_uses_the_claim_by_queue_index(big_table: None) -> N
 def test_the_per_queue_claim_takes_each_queues_best_jobs_up_to_its_limit(
     big_table: None,
 ) -> None:
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         expected: set[uuid.UUID] = set()
         for queue, limit in (("default", 4), ("emails", 2)):
             cursor.execute(

@@ -7,7 +7,6 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from django_durable_jobs import db, enqueue
@@ -16,7 +15,14 @@ from django_durable_jobs.models import Job, JobStatus, QueueMinuteStats
 from django_durable_jobs.worker import Worker
 from django_durable_jobs.worker.outcomes import complete
 from django_durable_jobs.worker.throughput import QUEUE_STATS_KEEP, OutcomeCounts
-from tests.factories import claim_directly, expire, reaper, run_worker_until, worker_config
+from tests.factories import (
+    claim_directly,
+    expire,
+    queue_connection,
+    reaper,
+    run_worker_until,
+    worker_config,
+)
 
 from .helpers import run_in_threads
 
@@ -134,13 +140,13 @@ def test_old_rows_are_pruned_by_the_maintenance() -> None:
 def test_counts_survive_a_failed_write() -> None:
     counts = OutcomeCounts()
     counts.put_back([QueueMinuteCounts("q", timezone.now().replace(second=0), 2, 1, 0)])
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute("ALTER TABLE durable_jobs_queue_stats RENAME TO durable_jobs_queue_stats_x")
     try:
         with pytest.raises(Exception, match="durable_jobs_queue_stats"):
             counts.flush("default")
     finally:
-        with connection.cursor() as cursor:
+        with queue_connection.cursor() as cursor:
             cursor.execute(
                 "ALTER TABLE durable_jobs_queue_stats_x RENAME TO durable_jobs_queue_stats"
             )

@@ -1,21 +1,22 @@
 """``runjobworker --burst`` called inside a ``TestCase`` refuses, and the class goes on.
 
 Before, it ran on the test's uncommitted connection, logged false "reaped"
-warnings and closed the connection: the next test of the class failed with
+warnings and closed the queue_connection: the next test of the class failed with
 "the connection is closed". The two tests run in this order (unittest sorts
-them by name), the second on the connection the first left.
+them by name), the second on the queue_connection the first left.
 """
 
 from __future__ import annotations
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import TestCase
 
 from django_durable_jobs import enqueue
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.testing import run_jobs
+from tests.factories import queue_connection
 
 
 class BurstInsideATestCase(TestCase):
@@ -28,7 +29,7 @@ class BurstInsideATestCase(TestCase):
         assert "django_durable_jobs.testing.run_jobs()" in message
         # Nothing ran, and the test's connection is as it was.
         assert Job.objects.get(pk=job.pk).status == JobStatus.PENDING
-        assert connection.connection is not None and connection.in_atomic_block
+        assert queue_connection.connection is not None and queue_connection.in_atomic_block
 
     def test_2_the_next_test_has_a_working_connection(self) -> None:
         job = enqueue("example.echo", {"n": 2}).job

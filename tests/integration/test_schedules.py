@@ -16,7 +16,6 @@ import pytest
 from django.contrib.auth.models import User
 from django.core import checks
 from django.core.management import call_command
-from django.db import connection
 from django.test import Client, override_settings
 from django.utils import timezone
 
@@ -26,7 +25,7 @@ from django_durable_jobs.models import Job, JobStatus, ScheduleState
 from django_durable_jobs.schedules import MISSED_TICK_GRACE, Schedule, tick_from_key
 from django_durable_jobs.worker import Worker, WorkerConfig
 from django_durable_jobs.worker.scheduler import Scheduler
-from tests.factories import Api, make_user, run_worker_until, wait_until
+from tests.factories import Api, make_user, queue_connection, run_worker_until, wait_until
 
 from .helpers import SLASHES, assert_error, run_in_threads
 
@@ -36,7 +35,7 @@ EVERY_MINUTE = Schedule("tests.minutely", "tests.record", every=timedelta(minute
 
 
 def scheduler(*schedules: Schedule) -> Scheduler:
-    return Scheduler(connection.alias, "test-worker", list(schedules))
+    return Scheduler(queue_connection.alias, "test-worker", list(schedules))
 
 
 def set_state(name: str, **fields: Any) -> None:
@@ -342,7 +341,7 @@ def test_invalid_settings_schedules_are_logged_and_the_valid_ones_run(
 ) -> None:
     entries = {"bad": {"cron": "61 * * * *"}, "tests.good": {"type": "tests.record", "every": 60}}
     with override_settings(DURABLE_JOBS={"SCHEDULES": entries}):
-        runner = Scheduler.from_declarations(connection.alias, "w")
+        runner = Scheduler.from_declarations(queue_connection.alias, "w")
     assert runner is not None
     assert [s.name for s in runner.schedules] == ["tests.good"]
     assert "Schedule ignored: Schedule 'bad'" in caplog.text
@@ -609,7 +608,7 @@ def test_periodic_jobs_need_use_tz(caplog: pytest.LogCaptureFixture) -> None:
     entries = {"tests.ok": {"type": "tests.record", "every": 60}}
     with override_settings(USE_TZ=False, DURABLE_JOBS={"SCHEDULES": entries}):
         messages = check_schedules()
-        assert Scheduler.from_declarations(connection.alias, "w") is None
+        assert Scheduler.from_declarations(queue_connection.alias, "w") is None
     assert ids(messages) == ["durable_jobs.E007"]
     assert "USE_TZ = True" in messages[0].msg
     assert "need USE_TZ = True" in caplog.text

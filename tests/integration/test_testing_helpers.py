@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.test import TestCase
 
 from django_durable_jobs import chain, emit_event, enqueue
@@ -19,7 +18,7 @@ from django_durable_jobs.testing import (
     enqueued_jobs,
     run_jobs,
 )
-from tests.factories import Api, make_user
+from tests.factories import Api, make_user, queue_connection
 from tests.testapp.models import Execution, StepCall
 
 
@@ -86,7 +85,7 @@ class RunJobs(TestCase):
         assert ran.job.completed_at is not None
         # The test's connection is the one the job used, still open, still in the test's
         # transaction (a worker would have closed it).
-        assert connection.in_atomic_block
+        assert queue_connection.in_atomic_block
         assert Job.objects.filter(pk=job.pk, status=JobStatus.COMPLETED).exists()
 
     def test_retries_run_until_the_job_completes_their_delays_passed_over(self) -> None:
@@ -255,7 +254,7 @@ def test_the_fixture_runs_what_the_test_enqueued(durable_jobs: DurableJobs) -> N
     (ran,) = durable_jobs.run()
     assert (ran.id, ran.status) == (job.pk, JobStatus.COMPLETED)
     durable_jobs.assert_not_enqueued(queue="emails")
-    assert connection.in_atomic_block  # the db fixture's transaction: rolled back after
+    assert queue_connection.in_atomic_block  # the db fixture's transaction: rolled back after
 
 
 @pytest.mark.django_db

@@ -465,7 +465,7 @@ print("ok")
 
 
 def test_without_opentelemetry_installed() -> None:
-    from tests.e2e.helpers import test_database_url
+    from tests.e2e.helpers import queue_database_env, test_database_url
 
     result = subprocess.run(
         [sys.executable, "-c", NO_OPENTELEMETRY],
@@ -473,6 +473,7 @@ def test_without_opentelemetry_installed() -> None:
         env={
             **os.environ,
             "DATABASE_URL": test_database_url(),
+            **queue_database_env(),
             "DJANGO_SETTINGS_MODULE": "tests.e2e_settings",
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "example_project")]),
         },

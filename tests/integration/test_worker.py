@@ -15,7 +15,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from django.db import OperationalError, connection
+from django.db import OperationalError
 from django.test import override_settings
 
 from django_durable_jobs import db as gateway
@@ -35,6 +35,7 @@ from tests.factories import (
     claimed_job,
     expire,
     finish,
+    queue_connection,
     reaper,
     wait_until,
     worker_config,
@@ -462,7 +463,7 @@ SESSION_SETTINGS = ("statement_timeout", "lock_timeout", "idle_in_transaction_se
 
 
 def session_settings() -> list[str]:
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         values = []
         for name in SESSION_SETTINGS:
             cursor.execute(f"SHOW {name}")
@@ -479,9 +480,9 @@ def test_a_burst_worker_leaves_the_calling_thread_s_connection_usable() -> None:
     job = enqueue("tests.record").job
     drain()
     assert Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED  # the worker did run
-    assert connection.get_autocommit()
-    assert not connection.in_atomic_block and not connection.needs_rollback
-    with connection.cursor() as cursor:
+    assert queue_connection.get_autocommit()
+    assert not queue_connection.in_atomic_block and not queue_connection.needs_rollback
+    with queue_connection.cursor() as cursor:
         cursor.execute("SELECT 1")
         assert cursor.fetchone() == (1,)
     assert session_settings() == before
@@ -599,7 +600,7 @@ def test_a_worker_claims_nothing_while_its_outcomes_cannot_be_written(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Found by the connection-exhaustion chaos scenario: a worker whose claim
-    connection survived kept claiming (up to the backlog cap, 1,000 jobs) while its
+    queue_connection survived kept claiming (up to the backlog cap, 1,000 jobs) while its
     completer could not write a single outcome, so a kill then ran them all again."""
     real = gateway.record_outcomes
     down = threading.Event()
@@ -640,7 +641,10 @@ def test_a_row_the_database_refuses_after_an_outage_does_not_leave_claims_paused
 
     from django_durable_jobs.worker import completer as completer_module
 
-    answers: list[Exception] = [OperationalError("connection lost (test)"), DataError("(test)")]
+    answers: list[Exception] = [
+        OperationalError("connection lost (test)"),
+        DataError("(test)"),
+    ]
 
     def record_outcomes(*args: Any, **kwargs: Any) -> set[uuid.UUID]:
         raise answers.pop(0)
