@@ -32,3 +32,8 @@ DURABLE_JOBS = {
 # NOTIFY of finished jobs (for wait()) costs the workers' commits (issue 26).
 if os.environ.get("BENCH_NOTIFY_FINISHED") == "0":
     DURABLE_JOBS["NOTIFY_FINISHED"] = False
+
+# BENCH_PREPARE_STATEMENTS=1 or 0 sets PREPARE_STATEMENTS (issue 26): the
+# worker's statements prepared or not, on the same tree (benchmarks/prepare_ab.py).
+if os.environ.get("BENCH_PREPARE_STATEMENTS") in ("0", "1"):
+    DURABLE_JOBS["PREPARE_STATEMENTS"] = os.environ["BENCH_PREPARE_STATEMENTS"] == "1"

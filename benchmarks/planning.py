@@ -44,6 +44,9 @@ sys.path.insert(0, str(BENCH_DIR))
 
 import worker as bench  # noqa: E402  (benchmarks/worker.py: its set-up)
 
+#: Jobs a claim takes, so the heartbeat and the outcomes' write hold as many (--batch).
+BATCH = 8
+
 PARAM = re.compile(r"%\((\w+)\)s")
 
 
@@ -135,7 +138,7 @@ def statements(conn: Any) -> list[tuple[str, str, Callable[[], Mapping[str, Any]
     claim = {
         "worker_id": "bench",
         "lease_seconds": 30.0,
-        "limit": 8,
+        "limit": BATCH,
         "excluded": [],
         "keyed_types": [bench.KEYED_TYPE],
     }
@@ -269,12 +272,17 @@ def client_ms_inner(
 
 
 def main() -> None:
+    global BATCH
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=20_000, help="runnable jobs of each kind")
     parser.add_argument("--keys", type=int, default=100, help="concurrency keys of the keyed jobs")
     parser.add_argument("--runs", type=int, default=30, help="runs of each measurement")
+    parser.add_argument(
+        "--batch", type=int, default=8, help="jobs claimed, beaten and completed at once"
+    )
     parser.add_argument("--database-url", default=bench.DEFAULT_URL)
     args = parser.parse_args()
+    BATCH = args.batch
     bench.ensure_database(args.database_url)
     bench.setup_django(args.database_url)
     fill(args.n, args.keys)
