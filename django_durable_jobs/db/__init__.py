@@ -321,11 +321,12 @@ def _prepares(connection: Any) -> bool:
     known = getattr(connection, _PREPARES_ATTRIBUTE, None)
     if known is not None and known[0] is raw and known[1] is setting:
         return bool(known[2])
+    prepares: bool
     if setting is None:
         ((pid,),) = _cursor(connection).execute(QUERIES["backend_pid"]).fetchall()
-        prepares = pid == raw.info.backend_pid
+        prepares = bool(pid == raw.info.backend_pid)
     else:
-        prepares = setting
+        prepares = bool(setting)
     if prepares and raw.prepare_threshold is None:
         raw.prepare_threshold = PREPARE_ONLY_WHEN_ASKED
     setattr(connection, _PREPARES_ATTRIBUTE, (raw, setting, prepares))
