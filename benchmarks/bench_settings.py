@@ -37,3 +37,8 @@ if os.environ.get("BENCH_NOTIFY_FINISHED") == "0":
 # finished jobs kept a minute, the workers' pruning running throughout).
 if os.environ.get("BENCH_RETENTION"):
     DURABLE_JOBS["RETENTION"] = json.loads(os.environ["BENCH_RETENTION"])
+
+# BENCH_PREPARE_STATEMENTS=1 or 0 sets PREPARE_STATEMENTS (issue 26): the
+# worker's statements prepared or not, on the same tree (benchmarks/prepare_ab.py).
+if os.environ.get("BENCH_PREPARE_STATEMENTS") in ("0", "1"):
+    DURABLE_JOBS["PREPARE_STATEMENTS"] = os.environ["BENCH_PREPARE_STATEMENTS"] == "1"

@@ -15,8 +15,9 @@ side gets:
   extra installed (uv where it is on PATH, else pip); both are kept, keyed
   by the commit hash, so the next run with that commit starts at once
   (``--no-cache``: a temporary directory, removed at the end);
-- its own database, ``cmp_<side>_<sha>_<pid>`` on ``--database-url``'s
-  server, created fresh, migrated by the commit's own migrations, dropped at
+- its own database, ``<prefix><side>_<sha>_<pid>`` on ``--database-url``'s
+  server (``--database-prefix``, ``cmp_`` by default), created fresh,
+  migrated by the commit's own migrations, dropped at
   the end.
 
 The measurements are the commit's own harnesses, imported by
@@ -370,6 +371,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=1,
         help="reruns of a worker run disturbed by other processes (default: %(default)r)",
     )
+    parser.add_argument(
+        "--database-prefix",
+        default="cmp_",
+        help="the start of the sides' database names, so that runs sharing a server can "
+        "tell theirs apart (default: %(default)r)",
+    )
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     cache = parser.add_mutually_exclusive_group()
     cache.add_argument(
@@ -390,9 +397,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def side_database_url(server_url: str, side: str, sha: str, pid: int) -> str:
-    """The URL of a side's own database: ``cmp_<side>_<sha[:10]>_<pid>`` on the same server."""
-    name = f"cmp_{side.lower()}_{sha[:10]}_{pid}"
+def side_database_url(server_url: str, side: str, sha: str, pid: int, prefix: str = "cmp_") -> str:
+    """The URL of a side's own database: ``<prefix><side>_<sha[:10]>_<pid>`` on the same server."""
+    name = f"{prefix}{side.lower()}_{sha[:10]}_{pid}"
     return urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))
 
 
@@ -477,25 +484,25 @@ def database_name(url: str) -> str:
     return urlsplit(url).path.lstrip("/")
 
 
-def admin_sql(server_url: str, template: str, url: str) -> None:
+def admin_sql(server_url: str, template: str, url: str, prefix: str = "cmp_") -> None:
     """Run ``template`` (with ``{}`` for the side's database name) on the server's URL."""
     import psycopg
     from psycopg import sql
 
     name = database_name(url)
     # Only ever the sides' own databases.
-    assert name.startswith("cmp_"), name
+    assert name.startswith(prefix), name
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(sql.SQL(template).format(sql.Identifier(name)))  # type: ignore[arg-type]
 
 
-def create_database(server_url: str, url: str) -> None:
-    admin_sql(server_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", url)
-    admin_sql(server_url, "CREATE DATABASE {}", url)
+def create_database(server_url: str, url: str, prefix: str = "cmp_") -> None:
+    admin_sql(server_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", url, prefix)
+    admin_sql(server_url, "CREATE DATABASE {}", url, prefix)
 
 
-def drop_database(server_url: str, url: str) -> None:
-    admin_sql(server_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", url)
+def drop_database(server_url: str, url: str, prefix: str = "cmp_") -> None:
+    admin_sql(server_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", url, prefix)
 
 
 # -- running -----------------------------------------------------------------------
@@ -563,7 +570,7 @@ def prepare(args: argparse.Namespace, cache: Path) -> dict[str, Side]:
         sha, subject = resolve(ref)
         src = ensure_worktree(cache, sha)
         python = ensure_venv(cache, sha, src)
-        url = side_database_url(args.database_url, label, sha, os.getpid())
+        url = side_database_url(args.database_url, label, sha, os.getpid(), args.database_prefix)
         sides[label] = Side(label, ref, sha, subject, src, python, url)
     return sides
 
@@ -578,7 +585,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     created: list[Side] = []
     try:
         for side in sides.values():
-            create_database(args.database_url, side.url)
+            create_database(args.database_url, side.url, args.database_prefix)
             created.append(side)
             side.about = run_side(side, "migrate", [], args)
             say(
@@ -588,7 +595,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         rows = measure(sides, args)
     finally:
         for side in created:
-            drop_database(args.database_url, side.url)
+            drop_database(args.database_url, side.url, args.database_prefix)
         if args.no_cache:
             for side in sides.values():
                 subprocess.run(["git", "worktree", "remove", "--force", str(side.src)], cwd=ROOT)

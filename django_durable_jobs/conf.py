@@ -69,6 +69,10 @@ def _bool(value: Any) -> bool:
     return isinstance(value, bool)
 
 
+def _bool_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, bool)
+
+
 def _import_strings(value: Any) -> bool:
     return (
         isinstance(value, (list, tuple))
@@ -292,6 +296,16 @@ SETTINGS: dict[str, Setting] = {
         "database reached through a transaction pooler (which drops LISTEN): a direct "
         "connection to the same PostgreSQL database. None: LISTEN on the job database's own "
         "connection. Checked by E009.",
+    ),
+    "PREPARE_STATEMENTS": Setting(
+        None,
+        _bool_or_none,
+        "None, True or False",
+        "Whether workers run their outcome writes, heartbeats and keyed claims as prepared "
+        "statements on their own connections (parsed and planned once per connection). None: "
+        "when the connection reaches PostgreSQL itself, not a pooler (the backend pid it was "
+        "given at connect is the server's); True: always (a direct connection, or PgBouncer "
+        "1.21+ with max_prepared_statements); False: never (docs/guides/poolers.md).",
     ),
     "NOTIFY_FINISHED": Setting(
         True,

@@ -7,6 +7,10 @@
 -- A worker's probe of its LISTEN connection (worker/probe.py), sent on its main connection: NOTIFY %(payload)s on the worker's own %(channel)s, which no other listener hears. Delivered at once in autocommit.
 SELECT pg_notify(%(channel)s, %(payload)s);
 
+-- backend_pid --
+-- The pid of the server process this statement ran in: equal to the pid a connection was given at connect (BackendKeyData) when it reaches PostgreSQL itself; a pooler hands out a key of its own (db._prepares).
+SELECT pg_backend_pid();
+
 -- upsert_worker --
 -- Heartbeat: upsert this worker's row in the workers table (who is alive, its slots in use and version, for health and the admin), and forget workers whose heartbeat stopped more than %(forget_after_seconds)s ago (killed without a graceful stop), in one statement.
 WITH forgotten AS (

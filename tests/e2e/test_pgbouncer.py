@@ -134,6 +134,25 @@ def test_enqueue_and_the_whole_worker_path_run_through_pgbouncer(bounced: Bounce
     assert bounced.pgbouncer.transactions(bounced.dbname) - before > 326
 
 
+def test_through_pgbouncer_nothing_is_prepared_unless_the_setting_says_so(
+    bounced: Bounced,
+) -> None:
+    # PREPARE_STATEMENTS None (the default) tells a pooler by its cancel key:
+    # the backend pid PgBouncer gives a client is not its server's. A named
+    # prepared statement would be missing, or another client's, on the next
+    # transaction's server connection (PgBouncer 1.18).
+    out = bounced.enqueue(
+        "from django.db import connection\n"
+        "from django.test import override_settings\n"
+        "from django_durable_jobs import db\n"
+        "connection.ensure_connection()\n"
+        "print('default', db._prepares(connection))\n"
+        "with override_settings(DURABLE_JOBS={'PREPARE_STATEMENTS': True}):\n"
+        "    print('declared', db._prepares(connection))\n"
+    )
+    assert "default False" in out and "declared True" in out, out
+
+
 def test_without_listen_database_the_worker_warns_once_says_so_and_polls(
     bounced: Bounced,
 ) -> None:
