@@ -38,10 +38,10 @@ class Row:
         self.higher = higher
 
 
-def render(
-    args: argparse.Namespace, n: int, pg_version: str, sides: list[Peer], results: dict[str, Any]
-) -> str:
-    names = [side.name for side in sides]
+def headline_rows(
+    args: argparse.Namespace, n: int, sides: list[Peer], results: dict[str, Any]
+) -> list[Row]:
+    """The figures of the first table (and of the chart), one row each, every side."""
     runs: dict[str, Runs] = results["runs"]
     rows: list[Row] = []
 
@@ -107,6 +107,20 @@ def render(
         return cpu_per_job(r, n), f"{cpu_per_job(r, n):.3f} ({side.setting_label(setting)})"
 
     add("CPU per job, worker + PostgreSQL, best two-process setting (ms)", False, best_cpu)
+
+    return rows
+
+
+def render(
+    args: argparse.Namespace, n: int, pg_version: str, sides: list[Peer], results: dict[str, Any]
+) -> str:
+    names = [side.name for side in sides]
+    runs: dict[str, Runs] = results["runs"]
+    rows = headline_rows(args, n, sides, results)
+    latency = results["latency"]
+
+    def rate(r: Result) -> float:
+        return n / r["wall"]
 
     today = datetime.date.today().isoformat()
     titles = [side.title for side in sides]
@@ -191,3 +205,62 @@ def render(
             ),
         ]
     return "\n".join(lines) + "\n"
+
+
+def ratios(rows: list[Row], sides: list[Peer]) -> dict[str, list[float | None]]:
+    """Ours against each peer, row by row: above 1, ours is better (as in the second table)."""
+    out: dict[str, list[float | None]] = {}
+    for side in sides[1:]:
+        out[side.title] = []
+        for r in rows:
+            mine, theirs = r.values["ours"], r.values[side.name]
+            if not mine or not theirs:
+                out[side.title].append(None)
+            else:
+                out[side.title].append(mine / theirs if r.higher else theirs / mine)
+    return out
+
+
+def chart(rows: list[Row], sides: list[Peer], title: str, path: str) -> bool:
+    """The second table as a chart: a bar per peer and figure, on a log scale around 1.
+
+    False (and nothing written) where matplotlib is missing: it is in the
+    ``benchmark`` extra, not in the benchmarks' own requirements.
+    """
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_peer = ratios(rows, sides)
+    labels = [r.label for r in rows]
+    height = 0.8 / max(1, len(by_peer))
+    import matplotlib.ticker
+
+    fig, ax = plt.subplots(figsize=(12, 0.45 * len(labels) * max(1, len(by_peer)) + 1.5))
+    for k, (peer, values) in enumerate(by_peer.items()):
+        ys = [i + k * height for i in range(len(labels))]
+        xs = [v if v is not None else float("nan") for v in values]
+        bars = ax.barh(ys, xs, height=height, label=peer)
+        for bar, v in zip(bars, values, strict=True):
+            if v is not None:
+                ax.text(v, bar.get_y() + bar.get_height() / 2, f" {v:.2f}x", va="center",
+                        fontsize=7)  # fmt: skip
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator([0.25, 0.5, 1, 2, 4, 8, 16]))
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.axvline(1.2, color="grey", linestyle="--", linewidth=0.8, label="1.2x (issue 26's target)")
+    ax.set_yticks([i + height * (len(by_peer) - 1) / 2 for i in range(len(labels))])
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("ours against the peer (above 1: ours better; log scale)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -61,7 +61,7 @@ from ours_peer import DEFAULT_SWEEP as OURS_SWEEP
 from ours_peer import Ours
 from pgqueuer_peer import Pgqueuer
 from procrastinate_peer import Procrastinate
-from report import render
+from report import chart, headline_rows, render
 
 PEERS: dict[str, Any] = {
     "pgqueuer": (Pgqueuer, pgqueuer_peer),
@@ -217,6 +217,13 @@ def main() -> None:
     say("\n" + table + footer)
     Path(args.output).write_text(table + footer)
     say(f"written to {args.output}")
+    # The same run as a chart, beside the table (docs/benchmarks.md shows both).
+    picture = str(Path(args.output).with_suffix(".png"))
+    title = f"Side by side: {n:,} no-op jobs, PostgreSQL {pg_version}, median of {args.repeat}"
+    if chart(headline_rows(args, n, sides, results), sides, title, picture):
+        say(f"chart written to {picture}")
+    else:
+        say("no chart: matplotlib is missing (pip install -e '.[benchmark]')")
 
 
 def throughput(
