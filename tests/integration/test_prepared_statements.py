@@ -112,16 +112,11 @@ def test_results_are_the_same_prepared_or_not_before_and_after_the_generic_plan(
         assert all(sum(plans) == ROUNDS for plans in prepared.values()), prepared
 
 
-def test_postgresql_settles_on_the_generic_plan_of_each_prepared_statement() -> None:
-    with override_settings(DURABLE_JOBS={"PREPARE_STATEMENTS": True}):
-        for index in range(ROUNDS):
-            one_round(index)
-        prepared = prepared_here()
-    # After five custom plans, PostgreSQL's default plan_cache_mode (auto)
-    # keeps the generic one: its planning is what preparing saves.
-    assert {name: generic > 0 for name, (generic, _) in prepared.items()} == dict.fromkeys(
-        MARKS, True
-    ), prepared
+# Whether PostgreSQL then keeps the generic plan (plan_cache_mode auto) is its cost
+# model's choice, which follows the table's statistics: CI once saw extend_leases keep
+# seven custom plans after other tests had filled and emptied the table. A performance
+# property, not a correctness one: benchmarks/planning.py measures it; the tests below
+# check that the generic plans, when chosen, read the indexes.
 
 
 @pytest.fixture
