@@ -16,36 +16,22 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.helpers import get
+from tests.promtool import promtool
 
 from .fleet import ROOT
 
 RULES = ROOT / "docs" / "prometheus-alerts.yml"
-REQUIRE_ENV = "DURABLE_JOBS_REQUIRE_PROMTOOL"
-
-
-def promtool() -> str:
-    """promtool's path; skips without it (fails with ``DURABLE_JOBS_REQUIRE_PROMTOOL=1``)."""
-    path = shutil.which("promtool")
-    if path is None:
-        message = "promtool not found (Debian package prometheus: apt-get install prometheus)"
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{message}; {REQUIRE_ENV}=1", pytrace=False)
-        pytest.skip(message)
-    return path
 
 
 def rule(alert: str) -> dict[str, Any]:
@@ -55,17 +41,6 @@ def rule(alert: str) -> dict[str, Any]:
             if entry.get("alert") == alert:
                 return dict(entry)
     raise AssertionError(f"no rule {alert!r} in {RULES}")
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    """GET a worker's metrics server: (status, body), or (0, "") when nothing answers."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError:
-        return 0, ""
 
 
 def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float] | None:

@@ -9,29 +9,22 @@ package) they fail instead, so CI cannot pass by skipping.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.promtool import promtool as find_promtool
+
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "docs" / "prometheus-alerts.yml"
 RULE_TESTS = ROOT / "tests" / "prometheus" / "alerts_test.yml"
-REQUIRE_ENV = "DURABLE_JOBS_REQUIRE_PROMTOOL"
 
 
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        message = "promtool not found (Debian package prometheus: apt-get install prometheus)"
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{message}; {REQUIRE_ENV}=1", pytrace=False)
-        pytest.skip(message)
-    return path
+    return find_promtool()
 
 
 def run(*command: str) -> subprocess.CompletedProcess[str]:
