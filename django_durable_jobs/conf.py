@@ -147,6 +147,15 @@ def _retention(value: Any) -> bool:
     return True
 
 
+def _history_partition(value: Any) -> bool:
+    """A duration of at least a minute that divides a day into whole intervals."""
+    try:
+        seconds = parse_duration(value).total_seconds()
+    except (TypeError, ValueError):
+        return False
+    return seconds >= 60 and seconds == int(seconds) and 86_400 % int(seconds) == 0
+
+
 def _names_or_none(value: Any) -> bool:
     # The shape only: each name is checked by durable_jobs.E010, which names it.
     return value is None or (
@@ -446,6 +455,15 @@ SETTINGS: dict[str, Setting] = {
         "None, or a dict mapping 'completed', 'cancelled' and 'dead' to a duration "
         "such as '7d' (or None to keep that status forever)",
         "How long workers keep finished jobs before pruning them; None turns pruning off.",
+    ),
+    "HISTORY_PARTITION": Setting(
+        "1d",
+        _history_partition,
+        "a duration of at least a minute that divides a day, such as '1d', '1h' or '15m'",
+        "The time range of one partition of completed and cancelled jobs "
+        "(docs/guides/retention.md): retention drops a partition whole once its range is "
+        "older than the retention period, so jobs are kept up to one range longer. Workers "
+        "create the ranges ahead.",
     ),
     "HEALTH_HORIZON_AGE_SECONDS": Setting(
         30.0,

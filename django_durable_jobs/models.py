@@ -33,7 +33,6 @@ from .constants import (
     EVENT_KEY_MAX_LENGTH,
     EVENT_WAITER_KEY_INDEX,
     FINISHED_INDEX,
-    IDEMPOTENCY_CONSTRAINT,
     IDEMPOTENCY_KEY_MAX_LENGTH,
     KEY_PENDING_INDEX,
     KEY_RUNNING_INDEX,
@@ -319,13 +318,12 @@ class Job(models.Model):
                 condition=Q(status="pending", concurrency_key__isnull=False),
             ),
         ]
+        # The table is partitioned (db/partitions.py, migration 0003): the
+        # indexes above are the active partition's, under these names; the
+        # history partitions have the listing ones. Idempotency keys are
+        # unique through IdempotencyKey (a unique index on a partitioned
+        # table must include the partition key).
         constraints = [
-            # The database, not a check-then-insert, makes keys unique.
-            models.UniqueConstraint(
-                fields=["idempotency_key"],
-                name=IDEMPOTENCY_CONSTRAINT,
-                condition=Q(idempotency_key__isnull=False),
-            ),
             models.CheckConstraint(
                 condition=Q(status__in=JobStatus.values), name="durable_jobs_status_valid"
             ),
@@ -397,11 +395,23 @@ class JobDependency(models.Model):
     child. Pruning a job deletes its edges.
     """
 
+    # No foreign key constraint can point at the partitioned job table: the
+    # ORM's cascade and the pruning's statements delete the edges with their jobs.
     child = models.ForeignKey(
-        Job, models.CASCADE, related_name="parent_links", db_index=False, verbose_name=_("child")
+        Job,
+        models.CASCADE,
+        related_name="parent_links",
+        db_index=False,
+        db_constraint=False,
+        verbose_name=_("child"),
     )
     parent = models.ForeignKey(
-        Job, models.CASCADE, related_name="child_links", db_index=False, verbose_name=_("parent")
+        Job,
+        models.CASCADE,
+        related_name="child_links",
+        db_index=False,
+        db_constraint=False,
+        verbose_name=_("parent"),
     )
     resolved = models.BooleanField(
         _("resolved"),
@@ -807,7 +817,12 @@ class JobStep(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     job = models.ForeignKey(
-        Job, models.CASCADE, related_name="steps", db_index=False, verbose_name=_("job")
+        Job,
+        models.CASCADE,
+        related_name="steps",
+        db_index=False,
+        db_constraint=False,
+        verbose_name=_("job"),
     )
     #: The handler's name for it, ``name#2``... for the second use of a name in a run.
     name = models.CharField(_("name"), max_length=STEP_NAME_MAX_LENGTH)
@@ -877,7 +892,12 @@ class EventWaiter(models.Model):
     """
 
     job = models.OneToOneField(
-        Job, models.CASCADE, primary_key=True, related_name="event_wait", verbose_name=_("job")
+        Job,
+        models.CASCADE,
+        primary_key=True,
+        related_name="event_wait",
+        db_constraint=False,
+        verbose_name=_("job"),
     )
     key = models.CharField(_("key"), max_length=EVENT_KEY_MAX_LENGTH)
     since = models.DateTimeField(_("since"), default=timezone.now)
@@ -890,3 +910,29 @@ class EventWaiter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} waits for {self.key}"
+
+
+class IdempotencyKey(models.Model):
+    """An idempotency key, held by its job for as long as the job exists.
+
+    What makes keys unique: the job table is partitioned, and a unique index
+    on it would have to include the partition key. Written by the enqueue's
+    statement with the job (``ON CONFLICT DO NOTHING`` here decides between
+    a new job and a replay), deleted with the job (the ORM's cascade, the
+    pruning's statements, a dropped partition's keyed jobs). Only keyed
+    jobs pay for it.
+    """
+
+    key = models.CharField(_("key"), max_length=IDEMPOTENCY_KEY_MAX_LENGTH, primary_key=True)
+    job = models.ForeignKey(
+        Job, models.CASCADE, related_name="+", db_constraint=False, verbose_name=_("job")
+    )
+
+    class Meta:
+        db_table = "durable_jobs_idempotency"
+        verbose_name = _("idempotency key")
+        verbose_name_plural = _("idempotency keys")
+        default_permissions = ()
+
+    def __str__(self) -> str:
+        return self.key

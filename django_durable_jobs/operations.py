@@ -127,69 +127,81 @@ def _apply(
     alias = db.database_alias(using)
     if actor is not None:
         actor.require(ACTIONS[operation])
-    with transaction.atomic(using=alias):
-        matching = Job.objects.using(alias).filter(pk__in=ids)
-        # Locked before the change: an enqueue of a child then either came
-        # first (release_dependents, a later statement, sees it) or waits,
-        # and sees the job cancelled.
-        locked = dict(
-            matching.filter(status__in=allowed)
-            .values_list("pk", "dependent_count")
-            .select_for_update()
-        )
-        changed = list(locked)
-        requested: list[uuid.UUID] = []
-        descendants: set[uuid.UUID] = set()
-        if operation == "cancel":
-            # Running jobs: one UPDATE fenced on status='running' sets
-            # cancel_requested_at and NOTIFYs their workers at commit; a job
-            # that finished meanwhile is not matched (and so is skipped).
-            running = set(_uuids(ids)) - set(changed)
-            if running:
-                requested = sorted(db.request_cancel(alias, sorted(running)))
-        if changed:
-            Job.objects.using(alias).filter(pk__in=changed).update(**changes)
+
+    def apply_once() -> tuple[list[uuid.UUID], list[uuid.UUID], int]:
+        """The change in one transaction (a savepoint inside the caller's)."""
+        with transaction.atomic(using=alias):
+            matching = Job.objects.using(alias).filter(pk__in=ids)
+            # Locked before the change: an enqueue of a child then either came
+            # first (release_dependents, a later statement, sees it) or waits,
+            # and sees the job cancelled.
+            locked = dict(
+                matching.filter(status__in=allowed)
+                .values_list("pk", "dependent_count")
+                .select_for_update()
+            )
+            changed = list(locked)
+            requested: list[uuid.UUID] = []
+            descendants: set[uuid.UUID] = set()
             if operation == "cancel":
-                # Their waiting children are cancelled (or, with "run", counted
-                # done), and theirs, in this transaction.
-                descendants = db.release_dependents(
-                    alias, {pk: JobStatus.CANCELLED for pk, count in locked.items() if count}
-                )
-                # A job cancelled while suspended in wait_for_event: its waiter
-                # row goes with the wait (by primary key; no emit will wake it).
-                EventWaiter.objects.using(alias).filter(job_id__in=changed).delete()
-                # Wake their waiters (wait(), ?wait=) at commit, as
-                # record_outcomes does for the jobs a worker finishes.
-                db.notify_finished(alias, changed)
-            else:
-                if operation == "requeue":
-                    db.rewait_dependents(alias, [pk for pk, count in locked.items() if count])
-                    # A job cancelled while it waited for an event: its next
-                    # run waits (or not) afresh.
+                # Running jobs: one UPDATE fenced on status='running' sets
+                # cancel_requested_at and NOTIFYs their workers at commit; a job
+                # that finished meanwhile is not matched (and so is skipped).
+                running = set(_uuids(ids)) - set(changed)
+                if running:
+                    requested = sorted(db.request_cancel(alias, sorted(running)))
+            if changed:
+                Job.objects.using(alias).filter(pk__in=changed).update(**changes)
+                if operation == "cancel":
+                    # Their waiting children are cancelled (or, with "run", counted
+                    # done), and theirs, in this transaction.
+                    descendants = db.release_dependents(
+                        alias, {pk: JobStatus.CANCELLED for pk, count in locked.items() if count}
+                    )
+                    # A job cancelled while suspended in wait_for_event: its waiter
+                    # row goes with the wait (by primary key; no emit will wake it).
                     EventWaiter.objects.using(alias).filter(job_id__in=changed).delete()
-                queues = set(
-                    Job.objects.using(alias).filter(pk__in=changed).values_list("queue", flat=True)
+                    # Wake their waiters (wait(), ?wait=) at commit, as
+                    # record_outcomes does for the jobs a worker finishes.
+                    db.notify_finished(alias, changed)
+                else:
+                    if operation == "requeue":
+                        db.rewait_dependents(alias, [pk for pk, count in locked.items() if count])
+                        # A job cancelled while it waited for an event: its next
+                        # run waits (or not) afresh.
+                        EventWaiter.objects.using(alias).filter(job_id__in=changed).delete()
+                    queues = set(
+                        Job.objects.using(alias)
+                        .filter(pk__in=changed)
+                        .values_list("queue", flat=True)
+                    )
+                    db.notify(alias, queues)
+            if actor is not None:
+                # In the change's transaction: the change and its entries commit together.
+                audit.record(actor, ACTIONS[operation], using=alias, jobs=changed)
+                if requested:
+                    audit.record(
+                        actor,
+                        ACTIONS[operation],
+                        using=alias,
+                        jobs=requested,
+                        details={"running": True},
+                    )
+            done = [*changed, *requested]
+            skipped = matching.filter(~Q(pk__in=done)).count() if len(done) < len(ids) else 0
+            if operation == "cancel" and changed:
+                # Tell the finished listeners (a cancelled Django task reads as
+                # FAILED), once the cancel is committed (the caller's, if any).
+                # Their descendants cancelled with them too: they never ran.
+                finished = [*changed, *sorted(descendants)]
+                transaction.on_commit(
+                    functools.partial(hooks.jobs_finished, finished, alias), alias
                 )
-                db.notify(alias, queues)
-        if actor is not None:
-            # In the change's transaction: the change and its entries commit together.
-            audit.record(actor, ACTIONS[operation], using=alias, jobs=changed)
-            if requested:
-                audit.record(
-                    actor,
-                    ACTIONS[operation],
-                    using=alias,
-                    jobs=requested,
-                    details={"running": True},
-                )
-        done = [*changed, *requested]
-        skipped = matching.filter(~Q(pk__in=done)).count() if len(done) < len(ids) else 0
-        if operation == "cancel" and changed:
-            # Tell the finished listeners (a cancelled Django task reads as
-            # FAILED), once the cancel is committed (the caller's, if any).
-            # Their descendants cancelled with them too: they never ran.
-            finished = [*changed, *sorted(descendants)]
-            transaction.on_commit(functools.partial(hooks.jobs_finished, finished, alias), alias)
+        return changed, requested, skipped
+
+    # Again when a job it waited for was finished meanwhile by its worker
+    # (its row moved to a history partition: db.retrying_moves).
+    changed, requested, skipped = db.retrying_moves(alias, apply_once)
     for job_id in changed:
         logger.info("Job %s id=%s", _PAST[operation], job_id, extra={"job_id": str(job_id)})
     for job_id in requested:

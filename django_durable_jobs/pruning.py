@@ -1,9 +1,14 @@
 """Deleting finished jobs: ``manage.py jobs prune`` and the workers' retention.
 
-Both delete in batches, one short statement (and transaction) per batch,
-oldest first, through the ``prune_jobs`` query: a prune of a million rows
-never holds one giant transaction, never locks the table, and skips rows
-someone else has locked (a requeue in progress) instead of waiting.
+Completed and cancelled jobs live in time-range partitions
+(``db/partitions.py``): retention drops a partition whole once its whole
+range is older than the retention period (``drop_expired``), which deletes
+no row one by one and leaves no dead tuple. The rest is deleted in
+batches, one short statement (and transaction) per batch, oldest first,
+through the ``prune_jobs`` query: dead jobs, the default partition's rows,
+and whatever an operator's ``jobs prune`` asks for inside a range. A
+batch never holds one giant transaction, never locks the table, and skips
+rows someone else has locked (a requeue in progress) instead of waiting.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 from django.db import transaction
 
 from . import db
+from .db import partitions
 from .durations import parse_duration
 from .models import JobStatus
 
@@ -38,6 +44,7 @@ def prune_batch(
     limit: int,
     lock_key: int | None = None,
     using: str | None = None,
+    other_only: bool = False,
 ) -> BatchResult:
     """Delete up to ``limit`` jobs of ``statuses`` finished more than ``older_than`` ago.
 
@@ -47,7 +54,9 @@ def prune_batch(
     """
     alias = db.database_alias(using)
     with transaction.atomic(using=alias):
-        return db.prune_batch(alias, statuses, older_than, limit=limit, lock_key=lock_key)
+        return db.prune_batch(
+            alias, statuses, older_than, limit=limit, lock_key=lock_key, other_only=other_only
+        )
 
 
 def prune(
@@ -59,6 +68,7 @@ def prune(
     lock_key: int | None = None,
     on_batch: Callable[[int, int], object] | None = None,
     using: str | None = None,
+    other_only: bool = False,
 ) -> tuple[int, int]:
     """Prune in batches until a batch comes back short (or ``max_batches`` ran).
 
@@ -69,7 +79,14 @@ def prune(
     statuses = list(statuses)
     deleted = batches = 0
     while max_batches is None or batches < max_batches:
-        result = prune_batch(statuses, older_than, limit=batch_size, lock_key=lock_key, using=using)
+        result = prune_batch(
+            statuses,
+            older_than,
+            limit=batch_size,
+            lock_key=lock_key,
+            using=using,
+            other_only=other_only,
+        )
         if not result.acquired:
             break
         batches += 1
@@ -88,3 +105,33 @@ def retention_periods(value: Mapping[str, Any] | None) -> dict[str, timedelta]:
     return {
         status: parse_duration(period) for status, period in value.items() if period is not None
     }
+
+
+def drop_expired(
+    older_than: timedelta, *, lock_key: int | None = None, using: str | None = None
+) -> tuple[int, int] | None:
+    """Drop the history partitions whose whole range ended more than ``older_than`` ago.
+
+    Returns ``(jobs, partitions)``: the jobs as PostgreSQL's estimate of
+    each partition's rows (a count would read them all); None when another
+    pruner holds ``lock_key``. Each partition goes in a transaction of its
+    own (``partitions.drop``).
+    """
+    alias = db.database_alias(using)
+    expired = partitions.expired_before(alias, older_than)
+    jobs = 0
+    for partition in expired:
+        dropped = partitions.drop(alias, partition, lock_key=lock_key)
+        if dropped is None:
+            return None
+        jobs += dropped
+    return jobs, len(expired)
+
+
+def history_retention(retention: Mapping[str, timedelta]) -> timedelta | None:
+    """How long the history partitions are kept: the longer of the completed and the
+    cancelled jobs' periods (a partition holds both); None when one is kept forever."""
+    periods = [retention.get(status) for status in partitions.HISTORY_STATUSES]
+    if any(period is None for period in periods):
+        return None
+    return max(period for period in periods if period is not None)

@@ -53,11 +53,11 @@ connection, which saves 0.45-0.9 ms of each (``benchmarks/planning.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import psycopg
-from django.db import connections, router
+from django.db import DatabaseError, connections, router, transaction
 
 from ..conf import jobs_settings
 from .claims import _outcomes_params as _outcomes_params  # benchmarks/statements.py
@@ -142,7 +142,10 @@ from .steps import (
     suspend_job,
 )
 
+T = TypeVar("T")
+
 __all__ = [
+    "MOVE_ATTEMPTS",
     "QUERIES",
     "ClaimedJob",
     "ExpiredLease",
@@ -189,6 +192,7 @@ __all__ = [
     "load_steps",
     "lock_event_key",
     "lock_job",
+    "moved_by_a_concurrent_update",
     "next_available_at",
     "notify",
     "notify_finished",
@@ -206,6 +210,7 @@ __all__ = [
     "record_step",
     "release_dependents",
     "request_cancel",
+    "retrying_moves",
     "rewait_dependents",
     "send_probe",
     "suspend_job",
@@ -237,6 +242,44 @@ def database_alias(using: str | None = None) -> str:
 
 
 # -- running statements ---------------------------------------------------
+
+#: How many times ``retrying_moves`` runs a call whose rows kept moving.
+MOVE_ATTEMPTS = 5
+
+
+def moved_by_a_concurrent_update(exc: BaseException) -> bool:
+    """Whether ``exc`` is PostgreSQL's refusal to lock a row another transaction moved.
+
+    The job table is partitioned (``db/partitions.py``): the UPDATE that
+    finishes a job moves its row to a history partition. A statement that
+    waited for that row's lock then fails with a serialization error, where
+    a row updated in place would have been read again in its new version.
+    """
+    cause = exc.__cause__ if isinstance(exc, DatabaseError) else exc
+    return isinstance(cause, psycopg.errors.SerializationFailure) and (
+        "moved to another partition" in str(cause)
+    )
+
+
+def retrying_moves(using: str, call: Callable[[], T]) -> T:
+    """``call()``, run again when a row it waited for was moved (see above).
+
+    Inside a transaction, each attempt is a savepoint, so that a failed one
+    leaves the caller's transaction usable; outside one, the statement is
+    its own transaction. Each attempt takes a new snapshot (READ COMMITTED)
+    and reads the moved row where it is now.
+    """
+    connection = connections[using]
+    for attempt in range(1, MOVE_ATTEMPTS + 1):
+        try:
+            if connection.in_atomic_block:
+                with transaction.atomic(using=using):
+                    return call()
+            return call()
+        except DatabaseError as exc:
+            if attempt == MOVE_ATTEMPTS or not moved_by_a_concurrent_update(exc):
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _run(using: str, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:

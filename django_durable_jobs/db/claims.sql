@@ -17,6 +17,9 @@ claimed AS (
         lease_token = gen_random_uuid()
     FROM candidates
     WHERE job.id = candidates.id
+        -- Locked pending by candidates: this also leaves the history
+        -- partitions out of the plan (their CHECK: db/partitions.py).
+        AND job.status = 'pending'
         -- A pause committed after this worker last read the paused queues
         -- (its claims leave those out already): its jobs stay pending. Read
         -- once per statement, from a table of a few rows. On candidates'
@@ -137,6 +140,21 @@ WITH outcome AS (
         NULLIF(o->7, 'null'::jsonb) AS error_entry
     FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
 ),
+locked AS MATERIALIZED (
+    -- In id order, the order in which an enqueue locks its parents and
+    -- release_dependents its children, whatever plan the UPDATE below
+    -- gets: a batch that ends two parents of a child being enqueued then
+    -- waits for that enqueue instead of deadlocking with it. FOR UPDATE,
+    -- the lock of the UPDATE's move of a finished job to its history
+    -- partition (a delete from the active one), taken at once.
+    SELECT job.id
+    FROM durable_jobs_job AS job
+    JOIN outcome ON job.id = outcome.id AND job.lease_token = outcome.token
+    WHERE job.status = 'running'
+        AND (job.dependent_count = 0 OR NOT %(without_dependents)s::boolean)
+    ORDER BY job.id
+    FOR UPDATE OF job
+),
 recorded AS (
 UPDATE durable_jobs_job AS job
 SET status = CASE
@@ -186,6 +204,7 @@ SET status = CASE
 FROM outcome
 WHERE job.id = outcome.id AND job.lease_token = outcome.token AND job.status = 'running'
     AND (job.dependent_count = 0 OR NOT %(without_dependents)s::boolean)
+    AND job.id IN (SELECT id FROM locked)
 RETURNING job.id, job.status, job.dependent_count
 ),
 finished AS (
@@ -232,7 +251,7 @@ locked_children AS MATERIALIZED (
     -- take one off waiting_on each: no count is lost.
     SELECT job.id
     FROM durable_jobs_job AS job
-    WHERE job.id IN (SELECT child_id FROM effects)
+    WHERE job.id IN (SELECT child_id FROM effects) AND job.status = 'waiting'
     ORDER BY job.id
     FOR NO KEY UPDATE
 ),

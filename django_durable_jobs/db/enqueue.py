@@ -82,7 +82,7 @@ def insert_jobs(
         spec = specs[0]
         rows = gateway._run_through_django(
             using,
-            "insert_job",
+            "insert_job" if spec.idempotency_key is None else "insert_job_keyed",
             {
                 "id": ids[0],
                 "type": spec.type,
@@ -158,18 +158,20 @@ def insert_jobs_with_parents(
 
     The parents are locked until the caller's transaction ends; each job
     starts ``waiting``, ``pending`` or ``cancelled`` as its parents' newest
-    statuses say. Nothing is inserted if a parent does not exist.
+    statuses say. Nothing is inserted if a parent does not exist. Inside a
+    transaction, the statement is a savepoint of its own
+    (``retrying_moves``).
     """
     document = "[" + ",".join(map(_job_row_with_parents, specs, ids)) + "]"
     run = gateway._run_through_django if len(specs) == 1 else gateway._run
-    ((inserted, statuses, waiting, errors, now, missing, _counted, _notified),) = run(
-        using,
-        "insert_jobs_with_parents",
-        {
-            "jobs": document,
-            "channel": jobs_settings.NOTIFY_CHANNEL,
-            "trace_context": trace_context,
-        },
+    params = {
+        "jobs": document,
+        "channel": jobs_settings.NOTIFY_CHANNEL,
+        "trace_context": trace_context,
+    }
+    # Again when a parent it waited for finished meanwhile (its row moved).
+    ((inserted, statuses, waiting, errors, now, missing, _counted, _notified),) = (
+        gateway.retrying_moves(using, lambda: run(using, "insert_jobs_with_parents", params))
     )
     by_id = {spec_id: spec for spec, spec_id in zip(specs, ids, strict=True)}
     rows = {}

@@ -10,22 +10,50 @@
     concurrency_key, trace_context
 
 -- insert_job --
--- Insert one job, unless its idempotency key is taken, and NOTIFY its queue (delivered at commit). One plain INSERT: the single-job path is bound by round trips and commits, so it avoids insert_jobs' CTEs.
+-- Insert one job without an idempotency key and NOTIFY its queue (delivered at commit). One plain INSERT: the single-job path is bound by round trips and commits, so it avoids insert_jobs' CTEs.
 INSERT INTO durable_jobs_job (
 <<_job_insert_columns>>
 )
 VALUES (
+<<_single_job_values>>
+)
+RETURNING id, available_at, created_at, pg_notify(%(channel)s, queue);
+
+-- _single_job_values --
+-- A fragment (see queries.py): insert_job's and insert_job_keyed's values, in _job_insert_columns' order.
     %(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(key)s, 'pending', %(priority)s, 0,
     %(max_attempts)s,
     -- The database's clock, the one the claim compares with.
     COALESCE(%(run_at)s::timestamptz, now() + COALESCE(%(delay_us)s::bigint, 0) * interval '1 microsecond'),
     now(), now(), '', '[]'::jsonb, %(timeout)s::float8, %(concurrency_key)s,
     %(trace_context)s::jsonb
+
+-- insert_job_keyed --
+-- Insert one job, unless its idempotency key is taken, and NOTIFY its queue (delivered at commit). The key's row in durable_jobs_idempotency decides: ON CONFLICT there waits for a concurrent insert of the same key to commit or roll back, so racing callers end with exactly one job.
+WITH key AS (
+    INSERT INTO durable_jobs_idempotency (key, job_id)
+    VALUES (%(key)s, %(id)s)
+    ON CONFLICT DO NOTHING
+    RETURNING job_id
 )
--- Waits for a concurrent insert of the same key to commit or roll back,
--- so racing callers end with exactly one row.
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+INSERT INTO durable_jobs_job (
+<<_job_insert_columns>>
+)
+SELECT
+<<_single_job_values>>
+FROM key
 RETURNING id, available_at, created_at, pg_notify(%(channel)s, queue);
+
+-- _keys_taken --
+-- A fragment (see queries.py) that goes on with a WITH holding a CTE `input(id, idempotency_key, ...)`: take the idempotency keys of the rows that have one, in durable_jobs_idempotency; `keys(job_id)` are the rows whose key this statement took (a key taken before, or twice in the batch, is skipped). Key order: concurrent batches sharing keys take them in the same order, so they wait for each other instead of deadlocking; ON CONFLICT waits for a concurrent insert of the same key to commit or roll back, so racing callers end with exactly one job.
+keys AS (
+    INSERT INTO durable_jobs_idempotency (key, job_id)
+    SELECT idempotency_key, id FROM input
+    WHERE idempotency_key IS NOT NULL
+    ORDER BY idempotency_key
+    ON CONFLICT DO NOTHING
+    RETURNING job_id
+)
 
 -- _job_columns --
 -- A fragment (see queries.py): the columns of one row of insert_jobs' JSON document, `row`: [id, type, queue, payload, idempotency_key, priority, max_attempts, delay_us, run_at, timeout, concurrency_key].
@@ -50,6 +78,7 @@ WITH input AS (
 <<_job_columns>>
     FROM jsonb_array_elements(%(jobs)s::jsonb) AS row
 ),
+<<_keys_taken>>,
 inserted AS (
     INSERT INTO durable_jobs_job (
 <<_job_insert_columns>>
@@ -63,12 +92,7 @@ inserted AS (
         -- a parameter of the statement, not a column of every row.
         %(trace_context)s::jsonb
     FROM input
-    -- Key order: concurrent batches sharing keys take them in the same
-    -- order, so they wait for each other instead of deadlocking.
-    ORDER BY idempotency_key
-    -- Waits for a concurrent insert of the same key to commit or roll back,
-    -- so racing callers end with exactly one row.
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    WHERE input.idempotency_key IS NULL OR input.id IN (SELECT job_id FROM keys)
     RETURNING id, queue
 ),
 notified AS (
@@ -146,6 +170,15 @@ missing AS (
     SELECT DISTINCT parent_id FROM edge
     WHERE parent_id NOT IN (SELECT id FROM parent) AND parent_id NOT IN (SELECT id FROM input)
 ),
+keys AS (
+    -- _keys_taken's, but none when a parent is missing (nothing is inserted).
+    INSERT INTO durable_jobs_idempotency (key, job_id)
+    SELECT idempotency_key, id FROM input
+    WHERE idempotency_key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM missing)
+    ORDER BY idempotency_key
+    ON CONFLICT DO NOTHING
+    RETURNING job_id
+),
 children AS (
     -- Parents that are rows of this batch: their children here.
     SELECT parent_id AS id, count(*) AS n
@@ -197,8 +230,7 @@ inserted AS (
         on_parent_failure, parent_count, waiting_on, dependent_count
     FROM planned
     WHERE NOT EXISTS (SELECT 1 FROM missing)
-    ORDER BY idempotency_key
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        AND (planned.idempotency_key IS NULL OR planned.id IN (SELECT job_id FROM keys))
     RETURNING id, queue, status, waiting_on, last_error
 ),
 edges AS (

@@ -24,12 +24,19 @@ if TYPE_CHECKING:
 def extend_leases(
     using: str, held: Mapping[uuid.UUID, uuid.UUID], *, lease_seconds: float
 ) -> set[uuid.UUID]:
-    """Push back the leases of ``held`` (``{job id: lease token}``); the ids extended."""
-    rows = gateway._run(
-        using,
-        "extend_leases",
-        {"ids": list(held), "tokens": list(held.values()), "lease_seconds": float(lease_seconds)},
-    )
+    """Push back the leases of ``held`` (``{job id: lease token}``); the ids extended.
+
+    Once more when a job it waited for was moved to a history partition by
+    its outcome (PostgreSQL then fails the statement with a serialization
+    error instead of reading the row again): the second run finds it
+    finished, so it is not extended, as when the outcome commits first.
+    """
+    params = {
+        "ids": list(held),
+        "tokens": list(held.values()),
+        "lease_seconds": float(lease_seconds),
+    }
+    rows = gateway.retrying_moves(using, lambda: gateway._run(using, "extend_leases", params))
     return {row[0] for row in rows}
 
 
@@ -83,14 +90,16 @@ def prune_batch(
     *,
     limit: int,
     lock_key: int | None,
+    other_only: bool = False,
 ) -> PruneResult:
     """Delete up to ``limit`` finished jobs of ``statuses`` older than ``older_than``.
 
     With ``lock_key``, nothing is deleted when another pruner holds it.
+    ``other_only``: in the default partition only (``db/partitions.py``).
     """
     ((acquired, deleted),) = gateway._run(
         using,
-        "prune_jobs",
+        "prune_other" if other_only else "prune_jobs",
         {
             "statuses": [str(status) for status in statuses],
             "older_than_seconds": older_than.total_seconds(),

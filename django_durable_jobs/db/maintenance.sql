@@ -17,7 +17,8 @@ WITH locked AS (
 UPDATE durable_jobs_job AS job
 SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s::float8)
 FROM locked
-WHERE job.id = locked.id
+-- The status leaves the history partitions out of the plan (db/partitions.py).
+WHERE job.id = locked.id AND job.status = 'running'
 RETURNING job.id;
 
 -- reap_jobs --
@@ -43,7 +44,7 @@ JOIN unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS held(id, token)
 WHERE job.cancel_requested_at IS NOT NULL AND job.status = 'running';
 
 -- prune_jobs --
--- Delete up to %(limit)s finished jobs (of the given statuses) whose completed_at is older than %(older_than_seconds)s, oldest first. With a %(lock_key)s, a transaction-level advisory lock lets one pruner work at a time and the others skip; NULL (the CLI) prunes without it. Returns whether the lock was acquired and how many rows were deleted.
+-- Delete up to %(limit)s finished jobs (of the given statuses) whose completed_at is older than %(older_than_seconds)s, oldest first, row by row: the dead jobs (in the active partition), and what is left of completed and cancelled jobs after the whole partitions older than that were dropped (pruning.py). With a %(lock_key)s, a transaction-level advisory lock lets one pruner work at a time and the others skip; NULL (the CLI) prunes without it. Returns whether the lock was acquired and how many rows were deleted.
 WITH pruner AS (
     -- pg_try_advisory_xact_lock(NULL) is NULL, so a NULL key always "acquires".
     SELECT (%(lock_key)s::bigint IS NULL OR pg_try_advisory_xact_lock(%(lock_key)s::bigint)) IS NOT FALSE AS acquired
@@ -61,16 +62,26 @@ doomed AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
+<<_prune_doomed>>
+
+-- _prune_doomed --
+-- A fragment (see queries.py) that goes on with a WITH holding the CTEs `pruner(acquired)` and `doomed(id)`: delete the doomed jobs with their idempotency keys, dependency edges, step records and event waits, and return whether the lock was acquired and how many jobs were deleted.
+unkeyed AS (
+    -- Their idempotency keys: held while the job exists.
+    DELETE FROM durable_jobs_idempotency AS k
+    USING doomed
+    WHERE k.job_id = doomed.id
+),
 unlinked AS (
-    -- Their dependency edges, either end (the job table's foreign keys
-    -- would refuse the DELETE at commit otherwise).
+    -- Their dependency edges, either end (no foreign key can point at the
+    -- partitioned job table: nothing else would delete them).
     DELETE FROM durable_jobs_dependency AS edge
     USING doomed
     WHERE edge.child_id = doomed.id OR edge.parent_id = doomed.id
 ),
 unstepped AS (
-    -- Their step records and event waits (ctx.step, ctx.wait_for_event):
-    -- the foreign keys would refuse the DELETE at commit too. Served by the
+    -- Their step records and event waits (ctx.step, ctx.wait_for_event),
+    -- for the same reason. Served by the
     -- steps' (job_id, name) unique index and the waiters' primary key.
     DELETE FROM durable_jobs_step AS step
     USING doomed
@@ -88,6 +99,37 @@ deleted AS (
     RETURNING job.id
 )
 SELECT (SELECT acquired FROM pruner), (SELECT count(*) FROM deleted);
+
+-- prune_other --
+-- prune_jobs for the two partitions that retention cannot drop on time (db/partitions.py): the past partition (the job table as it was before partitioning, its rows of every age, dropped whole only once its whole range has expired) and the default partition (jobs that finished when no range partition covered their time). Up to %(limit)s rows in all, the past partition's oldest first.
+WITH pruner AS (
+    SELECT (%(lock_key)s::bigint IS NULL OR pg_try_advisory_xact_lock(%(lock_key)s::bigint)) IS NOT FALSE AS acquired
+),
+doomed_past AS (
+    -- Served by the past partition's durable_jobs_finished_idx_past.
+    SELECT id
+    FROM durable_jobs_job_past
+    WHERE status = ANY(%(statuses)s::text[])
+        AND completed_at < now() - make_interval(secs => %(older_than_seconds)s::float8)
+        AND (SELECT acquired FROM pruner)
+    ORDER BY completed_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+doomed_other AS (
+    SELECT id
+    FROM durable_jobs_job_other
+    WHERE status = ANY(%(statuses)s::text[])
+        AND completed_at < now() - make_interval(secs => %(older_than_seconds)s::float8)
+        AND (SELECT acquired FROM pruner)
+    ORDER BY completed_at
+    LIMIT %(limit)s - (SELECT count(*) FROM doomed_past)
+    FOR UPDATE SKIP LOCKED
+),
+doomed AS (
+    SELECT id FROM doomed_past UNION ALL SELECT id FROM doomed_other
+),
+<<_prune_doomed>>
 
 -- prune_queue_stats --
 -- Delete the per-minute counts older than %(older_than_seconds)s (the workers' maintenance, about once a minute): the table keeps a couple of hours, a few hundred rows a queue. Returns how many rows were deleted.

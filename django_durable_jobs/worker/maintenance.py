@@ -38,7 +38,9 @@ from django.db import DatabaseError, connections
 from .. import db, hooks, metrics, pruning, signals
 from ..backoff import RetryPolicy
 from ..conf import jobs_settings
+from ..db import partitions
 from ..db.records import ExpiredLease, Outcome, Transition
+from ..durations import parse_duration
 from ..services import Service
 from . import outcomes
 from .throughput import QUEUE_STATS_KEEP, OutcomeCounts
@@ -53,6 +55,11 @@ PRUNER_LOCK_KEY = pruning.PRUNER_LOCK_KEY
 PRUNE_INTERVAL = 60.0  # seconds
 PRUNE_BATCH = 1_000
 PRUNE_MAX_BATCHES = 10
+# The history partitions (db/partitions.py): created ahead by one worker at a
+# time (an advisory lock), checked at start and about once a minute (a read
+# of the catalog when there is nothing to create).
+PARTITIONS_INTERVAL = 60.0  # seconds
+PARTITIONS_LOCK_KEY = zlib.crc32(b"django_durable_jobs.partitions")
 # A cancel request reaches the handler within about a second even when its
 # notification is lost (the LISTEN connection down, a pooler in the way).
 CANCEL_POLL_SECONDS = 1.0
@@ -152,6 +159,8 @@ class Maintenance(Service):
         # Read once, like the worker's other settings: restart to change it.
         self.retention = pruning.retention_periods(jobs_settings.RETENTION)
         self.prune_interval = PRUNE_INTERVAL
+        self.history_interval = parse_duration(jobs_settings.HISTORY_PARTITION)
+        self.partitions_interval = PARTITIONS_INTERVAL
 
     def _request_stop(self) -> None:
         self._stop.set()
@@ -169,9 +178,15 @@ class Maintenance(Service):
         next_prune = self._clock() + _spread(self.prune_interval, 0, 1)
         next_stats_prune = self._clock() + _spread(self.prune_interval, 0, 1)
         next_cancel_poll = self._clock() + self.cancel_poll_interval
+        # At once: a worker that was down for longer than the ranges ahead
+        # creates the current one before its first outcome.
+        next_partitions = self._clock()
         try:
             while not self._stop.is_set():
                 now = self._clock()
+                if now >= next_partitions:
+                    self._guarded(self.create_partitions)
+                    next_partitions = now + _spread(self.partitions_interval, 0.75, 1.25)
                 if now >= next_heartbeat:
                     self._guarded(self.heartbeat)
                     self._guarded(self.flush_counts)
@@ -188,7 +203,7 @@ class Maintenance(Service):
                 if self.counts is not None and now >= next_stats_prune:
                     self._guarded(self.prune_counts)
                     next_stats_prune = now + _spread(self.prune_interval, 0.75, 1.25)
-                wake = min(next_heartbeat, next_reap)
+                wake = min(next_heartbeat, next_reap, next_partitions)
                 if self.counts is not None:
                     wake = min(wake, next_stats_prune)
                 if self._untold is not None:
@@ -306,22 +321,54 @@ class Maintenance(Service):
         )
         return len(reaped_jobs)
 
+    def create_partitions(self) -> list[str] | None:
+        """Create the history partitions of now and the next ranges (``db/partitions.py``)."""
+        created = partitions.ensure_ranges(
+            self._alias,
+            interval=self.history_interval,
+            ahead=partitions.ahead_for(self.history_interval),
+            lock_key=PARTITIONS_LOCK_KEY,
+        )
+        if created:
+            logger.info(
+                "Job partitions created names=%s worker=%s", ",".join(created), self._worker_id,
+                extra={"partitions": created, "worker_id": self._worker_id},
+            )  # fmt: skip
+        return created
+
     def prune(self) -> int | None:
         """Delete finished jobs past ``RETENTION``; None when another worker holds the lock.
 
-        Statuses with the same period share one batch query. The advisory
-        lock is taken per statement (transaction-level), so a worker that
-        dies mid-round never leaves it held.
+        Completed and cancelled jobs go with their partition, whole, once
+        its range is older than the longer of their two periods (only their
+        default partition's strays are deleted row by row); dead jobs, and
+        completed or cancelled ones when the other of the two is kept for
+        ever, row by row. Statuses with the same period share one batch
+        query. The advisory lock is taken per statement (transaction-level),
+        so a worker that dies mid-round never leaves it held.
         """
-        by_period: dict[float, list[str]] = {}
-        for status, period in self.retention.items():
-            by_period.setdefault(period.total_seconds(), []).append(status)
         total = 0
-        for seconds, statuses in sorted(by_period.items()):
+        history = pruning.history_retention(self.retention)
+        if history is not None:
+            dropped = pruning.drop_expired(history, lock_key=PRUNER_LOCK_KEY, using=self._alias)
+            if dropped is None:
+                return None
+            total += dropped[0]
+            if dropped[1]:
+                logger.info(
+                    "Job partitions dropped count=%s jobs=%s worker=%s",
+                    dropped[1], dropped[0], self._worker_id,
+                    extra={"count": dropped[1], "jobs": dropped[0], "worker_id": self._worker_id},
+                )  # fmt: skip
+        rounds: dict[tuple[float, bool], list[str]] = {}
+        for status, period in self.retention.items():
+            other_only = history is not None and status in partitions.HISTORY_STATUSES
+            rounds.setdefault((period.total_seconds(), other_only), []).append(status)
+        for (seconds, other_only), statuses in sorted(rounds.items()):
             older_than = timedelta(seconds=seconds)
             result = pruning.prune_batch(
                 statuses, older_than, limit=PRUNE_BATCH, lock_key=PRUNER_LOCK_KEY,
-                using=self._alias,
+                using=self._alias, other_only=other_only,
             )  # fmt: skip
             if not result.acquired:
                 return None
@@ -330,7 +377,7 @@ class Maintenance(Service):
                 more, _ = pruning.prune(
                     statuses, older_than, batch_size=PRUNE_BATCH,
                     max_batches=PRUNE_MAX_BATCHES - 1, lock_key=PRUNER_LOCK_KEY,
-                    using=self._alias,
+                    using=self._alias, other_only=other_only,
                 )  # fmt: skip
                 deleted += more
             total += deleted

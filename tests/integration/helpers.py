@@ -93,10 +93,24 @@ def wait_for_lock_waiters(count: int = 1, timeout: float = WAIT_SECONDS) -> None
 
 
 def seq_scanned(plan: str) -> set[str]:
-    """The tables an ``explain()`` plan reads with a sequential scan."""
+    """The tables an ``explain()`` plan reads with a sequential scan; a partition of the
+    job table (``db/partitions.py``) as the job table itself."""
 
     def walk(node: dict[str, Any]) -> Iterator[str]:
         if node.get("Node Type") == "Seq Scan":
+            name = node["Relation Name"]
+            yield "durable_jobs_job" if name.startswith("durable_jobs_job_") else name
+        for child in node.get("Plans", []):
+            yield from walk(child)
+
+    return {table for root in json.loads(plan) for table in walk(root["Plan"])}
+
+
+def relations(plan: str) -> set[str]:
+    """Every table or partition an ``explain()`` plan reads."""
+
+    def walk(node: dict[str, Any]) -> Iterator[str]:
+        if "Relation Name" in node:
             yield node["Relation Name"]
         for child in node.get("Plans", []):
             yield from walk(child)

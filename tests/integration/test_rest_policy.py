@@ -224,8 +224,7 @@ def test_an_enqueue_only_client_gets_a_receipt_on_create_and_replay() -> None:
 
 def test_an_enqueue_only_client_s_conflict_names_no_job() -> None:
     # Another client's job holds the key: its id and how it differs are not this client's.
-    other = make_job(TYPE, {"secret": "theirs"})
-    Job.objects.filter(pk=other.pk).update(idempotency_key="shared")
+    other = enqueue(TYPE, {"secret": "theirs"}, idempotency_key="shared").job
     enqueuer = Api(make_user("enqueuer", "add_job", staff=False))
     response = enqueuer.post("/api/jobs", body("shared", payload={"mine": 1}))
     answer = assert_error(response, 409, "idempotency_conflict")
