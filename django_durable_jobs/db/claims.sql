@@ -6,7 +6,9 @@
 -- _claimed --
 -- The claim queries' end (a fragment, see queries.py): after a CTE `candidates` of the ids to claim, mark them running (unless their queue is paused now), count the attempt, take a lease with a fresh token, and return the jobs in claim order. statement_timestamp(), not now(): a limited queue's claim runs in a transaction whose first statement took a lock, and its jobs start when this statement runs, after it counted the running ones (the same instant as now() for a claim on its own).
 claimed AS (
-    UPDATE durable_jobs_job AS job
+    -- The active partition itself (db/partitions.py): a claim never moves a
+    -- row, and the other partitions stay out of the plan.
+    UPDATE durable_jobs_job_active AS job
     SET status = 'running',
         attempts = job.attempts + 1,
         started_at = statement_timestamp(),
@@ -17,9 +19,6 @@ claimed AS (
         lease_token = gen_random_uuid()
     FROM candidates
     WHERE job.id = candidates.id
-        -- Locked pending by candidates: this also leaves the history
-        -- partitions out of the plan (their CHECK: db/partitions.py).
-        AND job.status = 'pending'
         -- A pause committed after this worker last read the paused queues
         -- (its claims leave those out already): its jobs stay pending. Read
         -- once per statement, from a table of a few rows. On candidates'
@@ -146,12 +145,16 @@ locked AS MATERIALIZED (
     -- gets: a batch that ends two parents of a child being enqueued then
     -- waits for that enqueue instead of deadlocking with it. FOR UPDATE,
     -- the lock of the UPDATE's move of a finished job to its history
-    -- partition (a delete from the active one), taken at once.
+    -- partition (a delete from the active one), taken at once. On the
+    -- active partition itself, by primary key only (= ANY(ARRAY(...)) is
+    -- probed, never joined): with a condition on status, the planner may
+    -- read the running jobs through an index whose dead entries (every
+    -- claim and outcome leaves one) it steps over each time. The UPDATE
+    -- checks the status and the token again, per outcome.
     SELECT job.id
-    FROM durable_jobs_job AS job
-    JOIN outcome ON job.id = outcome.id AND job.lease_token = outcome.token
-    WHERE job.status = 'running'
-        AND (job.dependent_count = 0 OR NOT %(without_dependents)s::boolean)
+    FROM durable_jobs_job_active AS job
+    WHERE job.id = ANY(ARRAY(SELECT id FROM outcome))
+        AND job.lease_token = ANY(ARRAY(SELECT token FROM outcome))
     ORDER BY job.id
     FOR UPDATE OF job
 ),
@@ -204,7 +207,9 @@ SET status = CASE
 FROM outcome
 WHERE job.id = outcome.id AND job.lease_token = outcome.token AND job.status = 'running'
     AND (job.dependent_count = 0 OR NOT %(without_dependents)s::boolean)
-    AND job.id IN (SELECT id FROM locked)
+    -- A constant condition: `locked` runs (and locks) once, before the
+    -- UPDATE reads a row, and does not change the UPDATE's plan.
+    AND (SELECT count(*) FROM locked) >= 0
 RETURNING job.id, job.status, job.dependent_count
 ),
 finished AS (

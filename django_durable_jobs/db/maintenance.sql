@@ -14,11 +14,12 @@ WITH locked AS (
     ORDER BY job.id
     FOR NO KEY UPDATE OF job
 )
-UPDATE durable_jobs_job AS job
+-- The active partition itself (db/partitions.py): an extension never moves
+-- a row, and the other partitions stay out of the plan.
+UPDATE durable_jobs_job_active AS job
 SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s::float8)
 FROM locked
--- The status leaves the history partitions out of the plan (db/partitions.py).
-WHERE job.id = locked.id AND job.status = 'running'
+WHERE job.id = locked.id
 RETURNING job.id;
 
 -- reap_jobs --

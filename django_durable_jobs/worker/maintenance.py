@@ -334,6 +334,8 @@ class Maintenance(Service):
                 "Job partitions created names=%s worker=%s", ",".join(created), self._worker_id,
                 extra={"partitions": created, "worker_id": self._worker_id},
             )  # fmt: skip
+            # Autovacuum never analyzes a partitioned table itself.
+            partitions.analyze(self._alias)
         return created
 
     def prune(self) -> int | None:
@@ -355,6 +357,7 @@ class Maintenance(Service):
                 return None
             total += dropped[0]
             if dropped[1]:
+                partitions.analyze(self._alias)
                 logger.info(
                     "Job partitions dropped count=%s jobs=%s worker=%s",
                     dropped[1], dropped[0], self._worker_id,
