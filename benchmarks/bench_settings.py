@@ -37,6 +37,9 @@ if os.environ.get("BENCH_NOTIFY_FINISHED") == "0":
 # finished jobs kept a minute, the workers' pruning running throughout).
 if os.environ.get("BENCH_RETENTION"):
     DURABLE_JOBS["RETENTION"] = json.loads(os.environ["BENCH_RETENTION"])
+# BENCH_HISTORY_PARTITION sets DURABLE_JOBS["HISTORY_PARTITION"] (soak.py: ranges of a minute).
+if os.environ.get("BENCH_HISTORY_PARTITION"):
+    DURABLE_JOBS["HISTORY_PARTITION"] = os.environ["BENCH_HISTORY_PARTITION"]
 
 # BENCH_PREPARE_STATEMENTS=1 or 0 sets PREPARE_STATEMENTS (issue 26): the
 # worker's statements prepared or not, on the same tree (benchmarks/prepare_ab.py).

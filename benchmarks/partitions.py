@@ -132,8 +132,10 @@ def prune(args: argparse.Namespace) -> None:
     print(f"filled in {time.monotonic() - started:.0f} s; VACUUM ANALYZE", flush=True)
     sql("VACUUM ANALYZE durable_jobs_job")
     sql("VACUUM ANALYZE durable_jobs_idempotency")
-    (size,) = sql("SELECT pg_size_pretty(sum(pg_total_relation_size(inhrelid)))"
-                  " FROM pg_inherits WHERE inhparent = 'durable_jobs_job'::regclass")[0]
+    (size,) = sql(
+        "SELECT pg_size_pretty(sum(pg_total_relation_size(inhrelid)))"
+        " FROM pg_inherits WHERE inhparent = 'durable_jobs_job'::regclass"
+    )[0]
     ((count,),) = sql("SELECT count(*) FROM durable_jobs_job")
     ((keys,),) = sql("SELECT count(*) FROM durable_jobs_idempotency")
     print(f"job table: {count:,} rows, {size} with indexes; {keys:,} idempotency keys")
@@ -149,8 +151,10 @@ def prune(args: argparse.Namespace) -> None:
         f"drop_expired: {took * 1000:.0f} ms, {result[1] if result else 0} partitions,"
         f" about {result[0] if result else 0:,} jobs; {left:,} jobs and {keys_left:,} keys left"
     )
-    print("dead tuples after (job partitions):",
-          {k: v for k, v in after.items() if k != "durable_jobs_idempotency"})
+    print(
+        "dead tuples after (job partitions):",
+        {k: v for k, v in after.items() if k != "durable_jobs_idempotency"},
+    )
     print("dead tuples after (key table):", after.get("durable_jobs_idempotency", 0))
 
 
@@ -164,7 +168,8 @@ def migration(args: argparse.Namespace) -> None:
     fill(args.rows, now - timedelta(days=args.days), now, args.keyed_every, " (before 0003)")
     sql(
         """
-        UPDATE durable_jobs_job SET status = (ARRAY['pending', 'running', 'dead'])[1 + (random() * 2)::int],
+        UPDATE durable_jobs_job
+        SET status = (ARRAY['pending', 'running', 'dead'])[1 + (random() * 2)::int],
             completed_at = NULL
         WHERE (payload->>'i')::bigint %% 1000 = 1
         """

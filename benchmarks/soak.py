@@ -4,14 +4,15 @@ Run on demand, never in the test suite (issue 27's proof over time):
 
     pip install -e '.[benchmark]'      # matplotlib, for the plot
     .venv/bin/python benchmarks/soak.py [--minutes 30] [--rate 2000] [--workers 2]
-        [--concurrency 8] [--retention 1m] [--sample 10] [--png docs/images/soak.png]
-        [--json soak.json] [--database-url URL]
+        [--concurrency 8] [--retention 1m] [--partition 1m] [--vacuum-every 10]
+        [--sample 10] [--png docs/images/soak.png] [--json soak.json] [--database-url URL]
 
 What a queue that runs for months must not do is drift: tables that grow
 although retention deletes as much as arrives, dead tuples that pile up,
 claims that slow as the history churns, latency that creeps. So this runs
 ``--workers`` real ``runjobworker`` processes (the example project with
-``benchmarks/bench_settings.py``, finished jobs kept ``--retention``: what the
+``benchmarks/bench_settings.py``, finished jobs kept ``--retention`` in ranges
+of ``--partition`` (``HISTORY_PARTITION``): what the
 workers' own pruning then has to delete) while one producer enqueues
 ``example.noop`` jobs at ``--rate`` a second (``enqueue_many`` every 100 ms,
 paced by the clock), and every ``--sample`` seconds reads:
@@ -29,8 +30,9 @@ fifth. The plot has a panel per series. A dedicated database,
 ``durable_jobs_soak`` by default, truncated at the start.
 
 PostgreSQL here runs with autovacuum off (the CI machine's configuration):
-the dead tuples then show what pruning and the hot updates leave for
-autovacuum to do, which a production server would do meanwhile.
+the soak VACUUMs the active partition every ``--vacuum-every`` seconds
+itself, as autovacuum would on a production server; the dead tuples then
+show what pruning and the claims and outcomes leave between two of them.
 """
 
 from __future__ import annotations
@@ -160,19 +162,44 @@ def plot(rows: list[dict[str, float]], args: argparse.Namespace, path: Path) -> 
     print(f"plot: {path}")
 
 
+class Vacuumer(threading.Thread):
+    """VACUUM the job table's active partition every ``every`` seconds, as autovacuum
+    would on a production server (autovacuum is off on this machine's PostgreSQL).
+
+    The active partition is where the claims and outcomes leave dead tuples;
+    the range partitions are written once and dropped whole.
+    """
+
+    def __init__(self, url: str, every: float) -> None:
+        super().__init__(daemon=True)
+        self.url, self.every, self.stopped = url, every, threading.Event()
+
+    def run(self) -> None:
+        import psycopg
+
+        if self.every <= 0:
+            return
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self.stopped.wait(self.every):
+                conn.execute("VACUUM durable_jobs_job_active")
+
+
 def run(args: argparse.Namespace) -> list[dict[str, float]]:
     env = bench.worker_env(args.database_url)
     env["BENCH_RETENTION"] = json.dumps({"completed": args.retention, "cancelled": args.retention,
                                          "dead": args.retention})  # fmt: skip
+    env["BENCH_HISTORY_PARTITION"] = args.partition
     bench.sql("TRUNCATE durable_jobs_job CASCADE")
     command = [*bench.worker_command(args.concurrency, burst=False)]
     workers = [subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
                for _ in range(args.workers)]  # fmt: skip
     rows: list[dict[str, float]] = []
     producer = Producer(args.rate)
+    vacuumer = Vacuumer(args.database_url, args.vacuum_every)
     try:
         bench.wait_for_listener()
         producer.start()
+        vacuumer.start()
         start = last = time.time()
         end = start + args.minutes * 60
         while (now := time.time()) < end:
@@ -195,6 +222,8 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     finally:
         producer.stopped.set()
         producer.join(30)
+        vacuumer.stopped.set()
+        vacuumer.join(60)
         for proc in workers:
             proc.send_signal(signal.SIGTERM)
         for proc in workers:
@@ -210,6 +239,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--retention", default="1m", help="how long finished jobs are kept")
+    parser.add_argument(
+        "--partition", default="1m", help="HISTORY_PARTITION: the range of one partition"
+    )
+    parser.add_argument(
+        "--vacuum-every", type=float, default=10.0,
+        help="seconds between VACUUMs of the active partition (0: none), as autovacuum would",
+    )  # fmt: skip
     parser.add_argument("--sample", type=float, default=10.0, help="seconds between samples")
     parser.add_argument(
         "--settle", type=float, default=None,

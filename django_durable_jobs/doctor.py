@@ -94,8 +94,13 @@ class Finding:
 
 
 def job_tables() -> list[str]:
-    """The package's tables, from its models: a table a later model adds is read too."""
+    """The package's tables, from its models (a table a later model adds is read too),
+    and the job table's active partition on its own: the partitioned table sums
+    its partitions, where the dead tuples of the hot rows would drown in the
+    history's live ones (``db/partitions.py``)."""
     from django.apps import apps
+
+    from .db import partitions
 
     config = apps.get_app_config("durable_jobs")
     return sorted(
@@ -104,6 +109,7 @@ def job_tables() -> list[str]:
             for model in config.get_models(include_auto_created=True)
             if model._meta.managed and not model._meta.proxy
         }
+        | {partitions.ACTIVE}
     )
 
 

@@ -45,7 +45,7 @@ ORDER BY priority DESC, available_at, created_at;
 -- Claim the given pending jobs, whatever their available_at: django_durable_jobs.testing's run_jobs(), whose clock passes over retry delays and sleeps, and which runs the jobs it picked, not the queue's first ones. Otherwise the same as claim_jobs.
 WITH candidates AS MATERIALIZED (
     SELECT id, queue
-    FROM durable_jobs_job
+    FROM durable_jobs_job_active
     WHERE id = ANY(%(ids)s::uuid[]) AND status = 'pending'
     ORDER BY priority DESC, available_at, created_at
     FOR UPDATE SKIP LOCKED
@@ -58,7 +58,7 @@ WITH candidates AS MATERIALIZED (
     -- MATERIALIZED fences the planner: the LIMIT applies before the UPDATE,
     -- so no more than %(limit)s rows are ever claimed (Oban's note).
     SELECT id, queue
-    FROM durable_jobs_job
+    FROM durable_jobs_job_active
     WHERE status = 'pending' AND available_at <= now()
         -- Queues not claimed here: paused ones, and limited ones (claimed
         -- by claim_limited); usually none.
@@ -75,7 +75,7 @@ WITH candidates AS MATERIALIZED (
 -- Claim up to %(limit)s runnable jobs from the given queues; otherwise the same as claim_jobs.
 WITH candidates AS MATERIALIZED (
     SELECT id, queue
-    FROM durable_jobs_job
+    FROM durable_jobs_job_active
     WHERE status = 'pending' AND available_at <= now() AND queue = ANY(%(queues)s::text[])
         AND NOT (queue = ANY(%(excluded)s::text[]))
         -- Jobs whose type limits each concurrency key: claimed by claim_keyed.
@@ -96,7 +96,7 @@ WITH candidates AS MATERIALIZED (
     FROM unnest(%(queues)s::text[], %(limits)s::int[]) AS slot(queue, free)
     CROSS JOIN LATERAL (
         SELECT id, queue
-        FROM durable_jobs_job
+        FROM durable_jobs_job_active
         WHERE status = 'pending' AND available_at <= now() AND queue = slot.queue
             AND NOT (concurrency_key IS NOT NULL AND type = ANY(%(keyed_types)s::text[]))
         ORDER BY priority DESC, available_at, created_at
@@ -344,7 +344,7 @@ RETURNING edge.child_id;
 -- held_with_dependents --
 -- For outcomes record_outcomes refused: those of %(ids)s still running under the same lease (%(tokens)s) that have dependents; their jobs gained a child since the claim, the others lost their lease. Primary-key lookups; nothing is written.
 SELECT job.id
-FROM durable_jobs_job AS job
+FROM durable_jobs_job_active AS job
 JOIN unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS held(id, token)
     ON job.id = held.id AND job.lease_token = held.token
 WHERE job.status = 'running' AND job.dependent_count > 0;
@@ -352,7 +352,7 @@ WHERE job.status = 'running' AND job.dependent_count > 0;
 -- next_available_at --
 -- When the next pending job in these queues (NULL: all) but the %(excluded)s ones becomes runnable, so an idle worker can sleep until then instead of a full poll interval.
 SELECT min(available_at)
-FROM durable_jobs_job
+FROM durable_jobs_job_active
 WHERE status = 'pending' AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
     AND NOT (queue = ANY(%(excluded)s::text[]));
 

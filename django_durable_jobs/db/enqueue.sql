@@ -10,8 +10,8 @@
     concurrency_key, trace_context
 
 -- insert_job --
--- Insert one job without an idempotency key and NOTIFY its queue (delivered at commit). One plain INSERT: the single-job path is bound by round trips and commits, so it avoids insert_jobs' CTEs.
-INSERT INTO durable_jobs_job (
+-- Insert one job without an idempotency key and NOTIFY its queue (delivered at commit). A new job is pending: it goes straight into the active partition (db/partitions.py), without the partitioned table's routing (so do insert_job_keyed, insert_jobs and insert_jobs_unkeyed). One plain INSERT: the single-job path is bound by round trips and commits, so it avoids insert_jobs' CTEs.
+INSERT INTO durable_jobs_job_active (
 <<_job_insert_columns>>
 )
 VALUES (
@@ -36,7 +36,7 @@ WITH key AS (
     ON CONFLICT DO NOTHING
     RETURNING job_id
 )
-INSERT INTO durable_jobs_job (
+INSERT INTO durable_jobs_job_active (
 <<_job_insert_columns>>
 )
 SELECT
@@ -80,7 +80,7 @@ WITH input AS (
 ),
 <<_keys_taken>>,
 inserted AS (
-    INSERT INTO durable_jobs_job (
+    INSERT INTO durable_jobs_job_active (
 <<_job_insert_columns>>
     )
     SELECT
@@ -121,7 +121,7 @@ WITH input AS (
     FROM jsonb_array_elements(%(jobs)s::jsonb) AS row
 ),
 inserted AS (
-    INSERT INTO durable_jobs_job (
+    INSERT INTO durable_jobs_job_active (
 <<_job_insert_columns>>
     )
     SELECT

@@ -10,7 +10,7 @@ WITH limits AS (
 ),
 busy AS (
     SELECT r.type, r.concurrency_key
-    FROM durable_jobs_job AS r JOIN limits AS l ON l.type = r.type
+    FROM durable_jobs_job_active AS r JOIN limits AS l ON l.type = r.type
     WHERE r.status = 'running' AND r.concurrency_key IS NOT NULL AND r.lease_expires_at > now()
     GROUP BY r.type, r.concurrency_key, l.lim
     HAVING count(*) >= l.lim
@@ -30,7 +30,7 @@ heads AS MATERIALIZED (
             -- (a batch enqueued at once ties), so the LIMIT stops the scan.
             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
         ) AS place
-    FROM durable_jobs_job AS j
+    FROM durable_jobs_job_active AS j
     WHERE j.status = 'pending' AND j.available_at <= now()
         AND j.concurrency_key IS NOT NULL AND j.type = ANY(%(types)s::text[])
         AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
@@ -70,7 +70,7 @@ ORDER BY ranked.place;
 -- A claim of jobs with a concurrency key, second statement: of the jobs lock_keys returned (%(ids)s, each with its key and its rank within its key), those the key's limit leaves room for beside its jobs running on a live lease (the oldest of a key first), still pending; of all those, the first %(limit)s in claim order. Otherwise the same as claim_jobs.
 WITH room AS (
     SELECT k.type, k.key, k.lim - (
-        SELECT count(*) FROM durable_jobs_job AS r
+        SELECT count(*) FROM durable_jobs_job_active AS r
         WHERE r.status = 'running' AND r.concurrency_key IS NOT NULL
             AND r.type = k.type AND r.concurrency_key = k.key AND r.lease_expires_at > now()
     ) AS free
@@ -85,7 +85,7 @@ wanted AS (
 ),
 candidates AS MATERIALIZED (
     SELECT job.id, job.queue
-    FROM durable_jobs_job AS job
+    FROM durable_jobs_job_active AS job
     WHERE job.id IN (SELECT id FROM wanted)
         AND job.status = 'pending' AND job.available_at <= now()
     ORDER BY job.priority DESC, job.available_at, job.created_at
@@ -133,12 +133,12 @@ WITH recent AS (
 )
 -- Columns are read by name: running and recent_starts are flow.FlowCounts' fields (the counts flow.room() decides on).
 SELECT
-    (SELECT count(*) FROM durable_jobs_job
+    (SELECT count(*) FROM durable_jobs_job_active
      WHERE status = 'running' AND queue = %(queue)s AND lease_expires_at > now()) AS running,
     (SELECT COALESCE(sum(n), 0) FROM recent) AS recent_starts,
     (SELECT EXTRACT(EPOCH FROM min(s) + make_interval(secs => %(window_seconds)s::float8) - now())
      FROM recent) AS until_room,
-    EXISTS (SELECT 1 FROM durable_jobs_job
+    EXISTS (SELECT 1 FROM durable_jobs_job_active
             WHERE status = 'pending' AND available_at <= now() AND queue = %(queue)s) AS runnable;
 
 -- rate_window_starts --

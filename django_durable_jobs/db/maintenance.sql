@@ -7,7 +7,7 @@
 -- Heartbeat: push back the lease expiry of the jobs this worker still holds (matched by lease token), locking them in id order as record_outcomes does: the completer may be writing the outcomes of some of the same jobs at that moment, and two statements locking the same rows in different orders deadlock. Returns the ids extended; a held job missing from them was reaped.
 WITH locked AS (
     SELECT job.id
-    FROM durable_jobs_job AS job
+    FROM durable_jobs_job_active AS job
     JOIN unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS held(id, token)
         ON job.id = held.id AND job.lease_token = held.token
     WHERE job.status = 'running'
@@ -29,7 +29,7 @@ WITH reaper AS (
 )
 SELECT id, type, queue, attempts, max_attempts, lease_token, lease_holder, lease_expires_at,
     cancel_requested_at IS NOT NULL, dependent_count
-FROM durable_jobs_job
+FROM durable_jobs_job_active
 WHERE status = 'running' AND lease_expires_at < now()
     AND (SELECT acquired FROM reaper)
 ORDER BY lease_expires_at
@@ -39,7 +39,7 @@ FOR UPDATE SKIP LOCKED;
 -- cancel_requests --
 -- The fallback for a lost cancel notification, polled by each worker's maintenance thread while it holds jobs: which of these (held, by lease token) running jobs have a cancel requested. Primary-key lookups; nothing is written.
 SELECT job.id
-FROM durable_jobs_job AS job
+FROM durable_jobs_job_active AS job
 JOIN unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS held(id, token)
     ON job.id = held.id AND job.lease_token = held.token
 WHERE job.cancel_requested_at IS NOT NULL AND job.status = 'running';

@@ -235,8 +235,13 @@ def ensure_ranges(
 
 
 def ahead_for(interval: timedelta) -> int:
-    """How many ranges to create ahead of now's: two, and at least an hour's worth."""
-    return max(2, -(-timedelta(hours=1) // interval))
+    """How many ranges to create ahead of now's: two, and at least ten minutes' worth.
+
+    Few: each is planned over by a query that reads finished jobs without a
+    status filter; a worker that stays down longer than that finds its
+    first outcomes in the default partition, and creates the ranges at start.
+    """
+    return max(2, -(-timedelta(minutes=10) // interval))
 
 
 def expired(existing: list[Partition], before: datetime) -> list[Partition]:
@@ -346,20 +351,26 @@ def _on(definition: str, table: str, old_name: str, new_name: str) -> str:
     return f"{head} USING {tail}"
 
 
-def convert(cursor: Any, *, cutover: datetime, statistics: str, skip: set[str]) -> None:
+def convert(cursor: Any, *, interval: timedelta, statistics: str, skip: set[str]) -> datetime:
     """Make the job table partitioned, in the caller's transaction (the migration's).
 
     The table is not rewritten: it becomes the past partition, for the
-    finished jobs up to ``cutover``, once its jobs in flight and dead moved
+    finished jobs up to the cutover (now; returned), once its jobs in flight and dead moved
     to the new active partition (an insert of those rows, a few thousand on
     a live queue). Its indexes keep their definitions under a ``_past``
     name; the active partition gets the same ones under the names the
     models declare, but for the index names in ``skip`` (the idempotency
     key's unique index, which the key table replaces). Attaching the past
     partition checks its rows against the range (a scan, under the
-    migration's lock: docs/guides/upgrading.md says what it costs).
+    migration's lock: docs/guides/upgrading.md says what it costs). The
+    ranges of ``interval`` from the cutover on are created too.
     """
     cursor.execute(f"LOCK TABLE {JOB_TABLE} IN ACCESS EXCLUSIVE MODE")
+    # The cutover: now, with the table locked, so that every job finished
+    # before it (a transaction that committed while this one waited for the
+    # lock included) is older.
+    cursor.execute("SELECT clock_timestamp()")
+    (cutover,) = cursor.fetchone()
     indexes = _indexes(cursor, JOB_TABLE)
     cursor.execute(f"ALTER TABLE {JOB_TABLE} RENAME TO {PAST}")
     for name, _definition, constraint in indexes:
@@ -414,6 +425,13 @@ def convert(cursor: Any, *, cutover: datetime, statistics: str, skip: set[str]) 
         )
     )
     create_default(cursor)
+    # The ranges from the cutover: the first one ends where the interval
+    # that holds it ends.
+    for start, end in missing_ranges(
+        partitions(cursor), now=cutover, interval=interval, ahead=ahead_for(interval)
+    ):
+        create_range(cursor, start, end)
+    return cutover
 
 
 def unconvert(cursor: Any, *, statistics: str, unique: tuple[str, str]) -> None:

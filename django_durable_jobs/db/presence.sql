@@ -41,7 +41,7 @@ DELETE FROM durable_jobs_worker WHERE id = %(id)s RETURNING id;
 SELECT queue, status, count(*),
        EXTRACT(EPOCH FROM now() - min(available_at)
                FILTER (WHERE status = 'pending' AND available_at <= now()))
-FROM durable_jobs_job
+FROM durable_jobs_job_active
 WHERE status IN ('pending', 'running', 'waiting', 'dead')
 GROUP BY queue, status;
 
@@ -53,7 +53,7 @@ SELECT queue,
             WHEN waiting_for ? 'job' THEN 'child'
        END AS reason,
        count(*)
-FROM durable_jobs_job
+FROM durable_jobs_job_active
 WHERE status IN ('pending', 'waiting') AND waiting_for IS NOT NULL
     -- A pending job already due (its sleep or its event deadline is over) is
     -- runnable: its waiting_for stays until its next run's first step call.
@@ -80,16 +80,16 @@ SELECT count(*) FROM added;
 -- active_queues --
 -- The queues holding pending, running, waiting or dead jobs, and those with outcomes counted since %(since)s (the admin's Queues page lists them). Each index of unfinished jobs is read by a loose index scan, one probe per queue (min(queue) above the last one found, which PostgreSQL answers from the index's order): durable_jobs_claim_queue_idx for pending, durable_jobs_queue_held_idx for waiting and dead; running jobs are few (at most the workers' slots). Never the finished history.
 WITH RECURSIVE pending (queue) AS (
-    SELECT min(queue) FROM durable_jobs_job WHERE status = 'pending'
+    SELECT min(queue) FROM durable_jobs_job_active WHERE status = 'pending'
     UNION ALL
-    SELECT (SELECT min(job.queue) FROM durable_jobs_job AS job
+    SELECT (SELECT min(job.queue) FROM durable_jobs_job_active AS job
             WHERE job.status = 'pending' AND job.queue > pending.queue)
     FROM pending WHERE pending.queue IS NOT NULL
 ),
 held (queue) AS (
-    SELECT min(queue) FROM durable_jobs_job WHERE status IN ('waiting', 'dead')
+    SELECT min(queue) FROM durable_jobs_job_active WHERE status IN ('waiting', 'dead')
     UNION ALL
-    SELECT (SELECT min(job.queue) FROM durable_jobs_job AS job
+    SELECT (SELECT min(job.queue) FROM durable_jobs_job_active AS job
             WHERE job.status IN ('waiting', 'dead') AND job.queue > held.queue)
     FROM held WHERE held.queue IS NOT NULL
 )
@@ -97,7 +97,7 @@ SELECT queue FROM pending WHERE queue IS NOT NULL
 UNION
 SELECT queue FROM held WHERE queue IS NOT NULL
 UNION
-SELECT queue FROM durable_jobs_job WHERE status = 'running'
+SELECT queue FROM durable_jobs_job_active WHERE status = 'running'
 UNION
 SELECT queue FROM durable_jobs_queue_stats WHERE minute >= %(since)s;
 
@@ -108,14 +108,14 @@ WITH RECURSIVE names (queue) AS (
 ),
 priorities (queue, priority, depth) AS (
     SELECT names.queue,
-           (SELECT job.priority FROM durable_jobs_job AS job
+           (SELECT job.priority FROM durable_jobs_job_active AS job
             WHERE job.status = 'pending' AND job.queue = names.queue
             ORDER BY job.priority DESC LIMIT 1),
            1
     FROM names
     UNION ALL
     SELECT p.queue,
-           (SELECT job.priority FROM durable_jobs_job AS job
+           (SELECT job.priority FROM durable_jobs_job_active AS job
             WHERE job.status = 'pending' AND job.queue = p.queue AND job.priority < p.priority
             ORDER BY job.priority DESC LIMIT 1),
            p.depth + 1
@@ -124,7 +124,7 @@ priorities (queue, priority, depth) AS (
 ),
 heads (queue, available_at) AS MATERIALIZED (
     SELECT p.queue,
-           (SELECT job.available_at FROM durable_jobs_job AS job
+           (SELECT job.available_at FROM durable_jobs_job_active AS job
             WHERE job.status = 'pending' AND job.queue = p.queue AND job.priority = p.priority
             ORDER BY job.priority DESC, job.available_at LIMIT 1)
     FROM priorities AS p
@@ -132,17 +132,17 @@ heads (queue, available_at) AS MATERIALIZED (
 ),
 -- MATERIALIZED: read once for every queue, not once per queue.
 running (queue, jobs) AS MATERIALIZED (
-    SELECT queue, count(*) FROM durable_jobs_job WHERE status = 'running' GROUP BY queue
+    SELECT queue, count(*) FROM durable_jobs_job_active WHERE status = 'running' GROUP BY queue
 )
 SELECT names.queue,
        (SELECT count(*) FROM (
-            SELECT 1 FROM durable_jobs_job AS job
+            SELECT 1 FROM durable_jobs_job_active AS job
             WHERE job.status = 'pending' AND job.queue = names.queue LIMIT %(cap)s) AS capped),
        (SELECT count(*) FROM (
-            SELECT 1 FROM durable_jobs_job AS job
+            SELECT 1 FROM durable_jobs_job_active AS job
             WHERE job.status = 'waiting' AND job.queue = names.queue LIMIT %(cap)s) AS capped),
        (SELECT count(*) FROM (
-            SELECT 1 FROM durable_jobs_job AS job
+            SELECT 1 FROM durable_jobs_job_active AS job
             WHERE job.status = 'dead' AND job.queue = names.queue LIMIT %(cap)s) AS capped),
        coalesce((SELECT running.jobs FROM running WHERE running.queue = names.queue), 0),
        (SELECT EXTRACT(EPOCH FROM now() - min(heads.available_at)) FROM heads

@@ -21,7 +21,6 @@ statements).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import django.db.models.deletion
@@ -34,14 +33,16 @@ UNIQUE_KEY = (IDEMPOTENCY_CONSTRAINT, "(idempotency_key) WHERE idempotency_key I
 
 
 def forwards(apps: Any, schema_editor: Any) -> None:
-    # The cutover: the start of tomorrow (UTC). Every finished row is older,
-    # and today's completions still go to the past partition; the workers'
-    # maintenance creates the ranges from there.
-    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    # The cutover is now (with the table locked): the past partition holds
+    # every job finished before, the ranges of HISTORY_PARTITION start there
+    # (the workers' maintenance creates the next ones).
+    from django_durable_jobs.conf import jobs_settings
+    from django_durable_jobs.durations import parse_duration
+
     with schema_editor.connection.cursor() as cursor:
         partitions.convert(
             cursor,
-            cutover=today + timedelta(days=1),
+            interval=parse_duration(jobs_settings.HISTORY_PARTITION),
             statistics=QUEUE_STATUS_STATISTICS,
             skip={IDEMPOTENCY_CONSTRAINT},
         )

@@ -12,6 +12,7 @@ forward again builds the same schema; and the claim reads its index.
 from __future__ import annotations
 
 import json
+import re
 from io import StringIO
 from typing import Any
 
@@ -158,6 +159,27 @@ def test_the_job_permissions_are_declared_for_every_door() -> None:
     assert codenames == {"requeue_job", "cancel_job", "run_job_now", "pause_queue", "emit_event"}
 
 
+def _without_the_cutover(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` without what the migration's time decides: the range partitions
+    (named by their start) and the past partition's bound (the cutover)."""
+
+    def timeless(name: str) -> bool:
+        return not name.startswith("durable_jobs_job_h")
+
+    constraints = {
+        name: re.sub(r"'[0-9-]+ [0-9:.+]+'", "'<cutover>'", definition)
+        for name, definition in schema["constraints"].items()
+        if timeless(name)
+    }
+    return {
+        **schema,
+        "tables": [t for t in schema["tables"] if timeless(t)],
+        "columns": [c for c in schema["columns"] if timeless(c[0])],
+        "indexes": {k: v for k, v in schema["indexes"].items() if timeless(k)},
+        "constraints": constraints,
+    }
+
+
 def test_migrating_to_zero_and_back_rebuilds_the_same_schema() -> None:
     before = _schema()
     try:
@@ -165,7 +187,7 @@ def test_migrating_to_zero_and_back_rebuilds_the_same_schema() -> None:
         assert _schema()["tables"] == []
     finally:
         call_command("migrate", APP, verbosity=0)
-    assert _schema() == before
+    assert _without_the_cutover(_schema()) == _without_the_cutover(before)
 
 
 def test_the_database_rejects_invalid_rows() -> None:

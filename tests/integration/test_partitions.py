@@ -1,15 +1,16 @@
 """The job table's partitions (db/partitions.py): where rows live, ranges, drops, keys.
 
 The migration makes the table as it was the past partition, covering every
-time up to the start of the day after it ran; range partitions come after.
-So the tests put finished jobs in ranges by giving them a completion time
-in the next days, and drop those ranges with a retention period below zero
-(a "before" that is in the future): the same code path as a range that has
-aged past its retention, without waiting days.
+time up to when it ran (the test database's creation); range partitions
+come after. Each test starts without ranges (DDL outlives a test) and makes
+the ones it needs from now on. To drop ranges, the tests use a retention
+period below zero (a "before" that is in the future): the same code path as
+a range that has aged past its retention, without waiting days.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -60,6 +61,17 @@ def where(job_id: Any) -> str:
     return str(name)
 
 
+def covering(moment: Any) -> str:
+    """The range partition whose range holds ``moment``."""
+    with queue_connection.cursor() as cursor:
+        (found,) = [
+            p.name
+            for p in partitions.partitions(cursor)
+            if p.name.startswith(partitions.RANGE_PREFIX) and p.start <= moment < p.end
+        ]
+    return found
+
+
 def names() -> list[str]:
     with queue_connection.cursor() as cursor:
         return [p.name for p in partitions.partitions(cursor)]
@@ -87,7 +99,8 @@ def test_the_migration_makes_the_active_past_and_default_partitions() -> None:
     assert {partitions.ACTIVE, partitions.PAST, partitions.OTHER} <= set(found)
     past = found[partitions.PAST]
     assert past.start is None
-    assert past.end is not None and past.end > timezone.now()
+    # The cutover: when the migration ran.
+    assert past.end is not None and past.end < timezone.now()
     assert found[partitions.OTHER].end is None
 
 
@@ -104,8 +117,10 @@ def test_jobs_in_flight_and_dead_stay_active_and_finished_ones_move_to_their_ran
     expected = partitions.range_name(partitions.floor(tomorrow, DAY))
     assert expected in created
     assert where(completed.pk) == where(cancelled.pk) == expected
-    # Before the first range starts: the past partition (the migration's cutover).
-    assert where(today.pk) == partitions.PAST
+    assert where(today.pk) == covering(timezone.now())
+    # Before the migration's cutover: the past partition.
+    yesterday = make_job(status=JobStatus.COMPLETED, completed_at=timezone.now() - DAY)
+    assert where(yesterday.pk) == partitions.PAST
     # A requeue brings a finished job back to the active partition.
     Job.objects.filter(pk=completed.pk).update(status=JobStatus.PENDING, completed_at=None)
     assert where(completed.pk) == partitions.ACTIVE
@@ -123,13 +138,12 @@ def test_a_completion_written_by_the_worker_moves_the_row() -> None:
     )
     job = Job.objects.get(pk=claimed.id)
     assert job.status == JobStatus.COMPLETED and job.result == 1
-    # Today is still the past partition's (the cutover is tomorrow).
-    assert where(claimed.id) == partitions.PAST
+    assert where(claimed.id) == covering(job.completed_at)
 
 
 def test_ranges_are_created_ahead_once_and_by_one_worker_at_a_time() -> None:
     first = ranges(3)
-    assert len(first) == 3
+    assert len(first) == 4  # now's range (from the cutover) and 3 more
     assert ranges(3) == []
     assert ranges(4) == [partitions.range_name(partitions.floor(timezone.now() + 4 * DAY, DAY))]
     holder = new_connection(autocommit=False)
@@ -153,7 +167,7 @@ def test_hour_ranges_follow_day_ranges_without_overlap() -> None:
         found = [
             p for p in partitions.partitions(cursor) if p.name.startswith("durable_jobs_job_h")
         ]
-    for before, after in zip(found, found[1:], strict=False):
+    for before, after in itertools.pairwise(found):
         assert before.end == after.start, (before, after)
 
 
@@ -212,7 +226,7 @@ def test_a_drop_skips_while_another_pruner_holds_the_lock() -> None:
 
 
 def test_the_past_partition_is_emptied_not_dropped() -> None:
-    job = make_job(status=JobStatus.COMPLETED, completed_at=timezone.now())
+    job = make_job(status=JobStatus.COMPLETED, completed_at=timezone.now() - DAY)
     assert where(job.pk) == partitions.PAST
     dropped = pruning.drop_expired(timedelta(days=-3))
     assert dropped is not None
