@@ -11,11 +11,11 @@ days ago so that the days since can be range partitions, one a day, as the
 workers' maintenance makes them (``HISTORY_PARTITION = "1d"``). ``--rows``
 completed jobs (one in 500 cancelled, one in ``--keyed-every`` with an
 idempotency key, in ``durable_jobs_idempotency`` too) are filled by SQL,
-spread evenly over those days, then VACUUM ANALYZE. Then the workers'
-retention, ``pruning.drop_expired``, drops every range that ended before
-now: the time it takes, the rows it dropped, and the dead tuples it left in
-the job table's partitions and in the key table (``pg_stat_user_tables``,
-flushed).
+spread evenly over those days, then VACUUM ANALYZE. Then what the workers'
+retention runs (``pruning.drop_expired``: ``partitions.drop`` for each range
+that ended before now), timed per partition: the time it takes, the rows
+it dropped, and the dead tuples it left in the job table's partitions and
+in the key table (``pg_stat_user_tables``, flushed).
 
 Migration (``--migration``): the same rows in the table as it was before
 partitioning (migrated to 0002 only), plus a backlog of pending, running and
@@ -78,13 +78,13 @@ def fill(rows: int, start: datetime, end: datetime, keyed_every: int, extra: str
                 last_error, errors, result
             )
             SELECT gen_random_uuid(), 'bench.finished', 'default', jsonb_build_object('i', g),
-                CASE WHEN g %% %s = 0 THEN 'bench-key-' || g END,
+                CASE WHEN %s > 0 AND g %% GREATEST(%s, 1) = 0 THEN 'bench-key-' || g END,
                 CASE WHEN g %% 500 = 0 THEN 'cancelled' ELSE 'completed' END, 0, 1, 5,
                 t, t, t, t, t + interval '1 ms', '', '[]'::jsonb, '{"ok": true}'::jsonb
             FROM generate_series(%s, %s) AS g,
                 LATERAL (SELECT %s::timestamptz + make_interval(secs => %s * g / %s) AS t) AS x
             """,
-            [keyed_every, done, done + count - 1, start, seconds, rows],
+            [keyed_every, keyed_every, done, done + count - 1, start, seconds, rows],
         )
         done += count
         print(f"  {done:,} finished jobs{extra}", flush=True)
@@ -105,13 +105,17 @@ def prune(args: argparse.Namespace) -> None:
     from django.core.management import call_command
     from django.db import connection
 
-    from django_durable_jobs import pruning
     from django_durable_jobs.db import partitions
 
     call_command("migrate", verbosity=0)
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     first = today - timedelta(days=args.days)
-    # The past partition is empty on a new database: end it where the ranges start.
+    # A new database: drop the migration's ranges, and end the (empty) past
+    # partition where the benchmark's ranges start.
+    with connection.cursor() as cursor:
+        for partition in partitions.partitions(cursor):
+            if partition.name.startswith(partitions.RANGE_PREFIX):
+                cursor.execute(f"DROP TABLE {partition.name}")
     sql(f"ALTER TABLE durable_jobs_job DETACH PARTITION {partitions.PAST}")
     sql(f"ALTER TABLE {partitions.PAST} DROP CONSTRAINT {partitions.PAST}_finished")
     sql(
@@ -141,9 +145,17 @@ def prune(args: argparse.Namespace) -> None:
     print(f"job table: {count:,} rows, {size} with indexes; {keys:,} idempotency keys")
     before = dead_tuples()
     print("dead tuples before:", {k: v for k, v in before.items() if v})
+    # What the workers' retention runs (pruning.drop_expired), a partition at
+    # a time, each timed.
+    expired = partitions.expired_before("default", timedelta(0))
     started = time.monotonic()
-    result = pruning.drop_expired(timedelta(0))
+    dropped = 0
+    for partition in expired:
+        one = time.monotonic()
+        dropped += partitions.drop("default", partition) or 0
+        print(f"  {partition.name}: {(time.monotonic() - one) * 1000:.0f} ms")
     took = time.monotonic() - started
+    result = (dropped, len(expired))
     ((left,),) = sql("SELECT count(*) FROM durable_jobs_job")
     ((keys_left,),) = sql("SELECT count(*) FROM durable_jobs_idempotency")
     after = dead_tuples()
@@ -194,7 +206,9 @@ def main() -> None:
     parser.add_argument("--database-url", default=DEFAULT_URL)
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--days", type=int, default=10)
-    parser.add_argument("--keyed-every", type=int, default=100)
+    parser.add_argument(
+        "--keyed-every", type=int, default=100, help="one job in N has an idempotency key (0: none)"
+    )
     parser.add_argument("--migration", action="store_true")
     args = parser.parse_args()
     setup(args.database_url)
