@@ -76,3 +76,14 @@ def install() -> None:
     from django.test.signals import setting_changed
 
     setting_changed.connect(keep_the_queue_database, dispatch_uid=__name__)
+
+
+def not_in_this_mode(reason: str) -> Any:
+    """A ``skipif`` for a test that cannot apply with the queue on its own database.
+
+    For what only one database gives: the job and the application's rows in
+    one transaction (docs/guides/queue-database.md). ``reason`` says which.
+    """
+    import pytest
+
+    return pytest.mark.skipif(enabled(), reason=f"queue on its own database: {reason}")
