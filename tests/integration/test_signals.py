@@ -126,7 +126,7 @@ def test_a_receiver_that_raises_is_logged_and_changes_nothing(
 
 def test_a_job_the_reaper_ends_dead_is_heard_too(heard: Heard) -> None:
     job = enqueue("tests.record", max_attempts=1).job
-    (claimed,) = db.claim("default", worker_id="gone", lease_seconds=30, limit=1)
+    (claimed,) = db.claim(db.database_alias(), worker_id="gone", lease_seconds=30, limit=1)
     expire(claimed.id)
     assert reaper().reap() == 1
     assert heard.finished == [("tests.record", job.pk, "dead", JobStatus.DEAD)]
