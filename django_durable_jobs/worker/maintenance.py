@@ -40,7 +40,7 @@ from ..backoff import RetryPolicy
 from ..conf import jobs_settings
 from ..db.records import ExpiredLease, Outcome, Transition
 from ..services import Service
-from . import outcomes
+from . import other_databases, outcomes
 from .throughput import QUEUE_STATS_KEEP, OutcomeCounts
 
 logger = logging.getLogger("django_durable_jobs.worker")
@@ -171,6 +171,7 @@ class Maintenance(Service):
         next_cancel_poll = self._clock() + self.cancel_poll_interval
         try:
             while not self._stop.is_set():
+                other_databases.refresh(self._alias)  # for the reaper's signals' receivers
                 now = self._clock()
                 if now >= next_heartbeat:
                     self._guarded(self.heartbeat)
@@ -197,7 +198,7 @@ class Maintenance(Service):
                     wake = min(wake, next_prune)
                 self._stop.wait(max(0.0, wake - self._clock()))
         finally:
-            connections[self._alias].close()
+            connections.close_all()  # the queue's, and what receivers opened
 
     def _guarded(self, task: Callable[[], object]) -> None:
         try:
