@@ -146,6 +146,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     queue_database.install()
     for item in items:
+        _add_the_queue_to_a_test_case(item)
         marker = item.get_closest_marker("django_db")
         if marker is None and not any(f in getattr(item, "fixturenames", ()) for f in _DB_FIXTURES):
             continue
@@ -157,3 +158,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(
             pytest.mark.django_db(*(marker.args if marker else ()), **kwargs), append=False
         )
+
+
+def _add_the_queue_to_a_test_case(item: pytest.Item) -> None:
+    """A Django ``TestCase`` (unittest style) names its databases in ``databases``, not a marker.
+
+    pytest-django reads the class's attribute: the queue alias is added there,
+    so the class's transactions (and checks of the queries allowed) cover both.
+    """
+    from django.test import TransactionTestCase
+
+    from tests import queue_database
+
+    cls = getattr(item, "cls", None)
+    if cls is None or not issubclass(cls, TransactionTestCase) or cls.databases == "__all__":
+        return
+    if queue_database.ALIAS not in cls.databases:
+        cls.databases = {*cls.databases, queue_database.ALIAS}

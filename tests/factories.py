@@ -310,13 +310,15 @@ class Api:
 
 def claim_directly(worker_id: str = "w-direct", lease_seconds: float = 30.0) -> ClaimedJob:
     """Claim the next runnable job for ``worker_id`` as a worker would (one must be there)."""
-    (job,) = db.claim("default", worker_id=worker_id, lease_seconds=lease_seconds, limit=1)
+    (job,) = db.claim(
+        db.database_alias(), worker_id=worker_id, lease_seconds=lease_seconds, limit=1
+    )
     return job
 
 
 def finish(outcome: Outcome) -> set[uuid.UUID]:
     """Write one outcome as the completer would; the ids of the rows it changed."""
-    return db.record_outcomes("default", [outcome], history_limit=20)
+    return db.record_outcomes(db.database_alias(), [outcome], history_limit=20)
 
 
 def complete_next(result: Any = None) -> uuid.UUID:
@@ -346,7 +348,13 @@ def expire(job_id: uuid.UUID) -> None:
 def reaper(worker_id: str = "reaper") -> Maintenance:
     """A maintenance object holding no job, to call ``reap()`` (or ``prune()``) on directly."""
     return Maintenance(
-        "default", worker_id, 30.0, dict, lambda lost: None, RetryPolicy(0.01, 0.05, 0.1), 20
+        db.database_alias(),
+        worker_id,
+        30.0,
+        dict,
+        lambda lost: None,
+        RetryPolicy(0.01, 0.05, 0.1),
+        20,
     )
 
 

@@ -23,6 +23,8 @@ from typing import Any
 ENV = "DURABLE_JOBS_TEST_QUEUE_DATABASE"
 ALIAS = "queue"
 ROUTER = "django_durable_jobs.routers.QueueRouter"
+#: The mode's second router: nothing but the job tables on the queue's database.
+ONLY_THE_QUEUE = "tests.queue_database.OnlyTheQueueThere"
 
 
 def enabled() -> bool:
@@ -48,12 +50,29 @@ def configure(namespace: MutableMapping[str, Any]) -> None:
     """Put the queue on the ``queue`` alias in a settings module's globals (the mode)."""
     add_alias(namespace["DATABASES"])
     namespace["DURABLE_JOBS"] = {**namespace.get("DURABLE_JOBS", {}), "DATABASE": ALIAS}
-    routers = list(namespace.get("DATABASE_ROUTERS", []))
-    if ROUTER not in routers:
-        namespace["DATABASE_ROUTERS"] = [ROUTER, *routers]
+    routers = [
+        r for r in namespace.get("DATABASE_ROUTERS", []) if r not in (ROUTER, ONLY_THE_QUEUE)
+    ]
+    namespace["DATABASE_ROUTERS"] = [ROUTER, ONLY_THE_QUEUE, *routers]
     silenced = list(namespace.get("SILENCED_SYSTEM_CHECKS", []))
     if "durable_jobs.W014" not in silenced:
         namespace["SILENCED_SYSTEM_CHECKS"] = [*silenced, "durable_jobs.W014"]
+
+
+class OnlyTheQueueThere:
+    """The mode's queue database holds the job tables and no other app's.
+
+    ``QueueRouter`` has no opinion on the other apps (a project's routers
+    decide), and Django's default migrates every app everywhere: the queue's
+    test database would get empty copies of auth's and the test app's tables,
+    which a query sent there by mistake (a subquery of a job query, say)
+    reads without an error. Without them the mistake fails loudly.
+    """
+
+    def allow_migrate(self, db: str, app_label: str, **hints: Any) -> bool | None:
+        if db == ALIAS and app_label != "durable_jobs":
+            return False
+        return None
 
 
 def keep_the_queue_database(*, setting: str, value: Any, enter: bool, **kwargs: Any) -> None:
@@ -76,3 +95,14 @@ def install() -> None:
     from django.test.signals import setting_changed
 
     setting_changed.connect(keep_the_queue_database, dispatch_uid=__name__)
+
+
+def not_in_this_mode(reason: str) -> Any:
+    """A ``skipif`` for a test that cannot apply with the queue on its own database.
+
+    For what only one database gives: the job and the application's rows in
+    one transaction (docs/guides/queue-database.md). ``reason`` says which.
+    """
+    import pytest
+
+    return pytest.mark.skipif(enabled(), reason=f"queue on its own database: {reason}")

@@ -14,20 +14,9 @@ LOGGING = {"version": 1, "disable_existing_loggers": False}
 
 # A second, non-PostgreSQL database: the checks' tests route the job table to
 # it to see durable_jobs.E001. No test queries it.
-# And a mirror of the default database under another name, which tests give
-# LISTEN_DATABASE: its connections show in pg_stat_activity by their
-# application_name. No test queries it through Django.
 DATABASES = {
     **DATABASES,  # noqa: F405
     "sqlite": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
-    "listen": {
-        **DATABASES["default"],  # noqa: F405
-        "OPTIONS": {
-            **DATABASES["default"]["OPTIONS"],  # noqa: F405
-            "application_name": "durable_jobs_listen",
-        },
-        "TEST": {"MIRROR": "default"},
-    },
 }
 
 # Test handlers and the Execution table that counts their runs.
@@ -55,3 +44,18 @@ from tests import queue_database  # noqa: E402
 queue_database.add_alias(DATABASES)
 if queue_database.enabled():
     queue_database.configure(globals())
+
+# A mirror of the queue's database (the default one, or the queue alias in
+# the mode above) under another name, which tests give LISTEN_DATABASE: its
+# connections show in pg_stat_activity by their application_name. A NOTIFY
+# reaches only the sessions of its own database, so it mirrors the queue's.
+# No test queries it through Django.
+_QUEUE_ALIAS = DURABLE_JOBS.get("DATABASE") or "default"  # noqa: F405
+DATABASES["listen"] = {
+    **DATABASES[_QUEUE_ALIAS],
+    "OPTIONS": {
+        **DATABASES[_QUEUE_ALIAS].get("OPTIONS", {}),
+        "application_name": "durable_jobs_listen",
+    },
+    "TEST": {"MIRROR": _QUEUE_ALIAS},
+}

@@ -20,6 +20,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from .. import db, hooks
 from ..db.records import Outcome
 from ..services import Service
+from . import other_databases
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -112,13 +113,14 @@ class Completer(Service):
                     batch = self._pending[:MAX_BATCH]
                     del self._pending[:MAX_BATCH]
                     self._writing = len(batch)
+                other_databases.refresh(self._alias)  # for the receivers of what it announces
                 written = self._write(batch)
                 with self._cond:
                     self._writing = 0
                     self._cond.notify_all()
                 self._on_written(batch, written)
         finally:
-            connections[self._alias].close()
+            connections.close_all()  # the queue's, and what receivers opened
 
     def _write(self, batch: list[Outcome]) -> set[uuid.UUID]:
         """Write ``batch``; retry through connection trouble, never drop it silently."""

@@ -42,7 +42,7 @@ from ..db import partitions
 from ..db.records import ExpiredLease, Outcome, Transition
 from ..durations import parse_duration
 from ..services import Service
-from . import outcomes
+from . import other_databases, outcomes
 from .throughput import QUEUE_STATS_KEEP, OutcomeCounts
 
 logger = logging.getLogger("django_durable_jobs.worker")
@@ -183,6 +183,7 @@ class Maintenance(Service):
         next_partitions = self._clock()
         try:
             while not self._stop.is_set():
+                other_databases.refresh(self._alias)  # for the reaper's signals' receivers
                 now = self._clock()
                 if now >= next_partitions:
                     self._guarded(self.create_partitions)
@@ -212,7 +213,7 @@ class Maintenance(Service):
                     wake = min(wake, next_prune)
                 self._stop.wait(max(0.0, wake - self._clock()))
         finally:
-            connections[self._alias].close()
+            connections.close_all()  # the queue's, and what receivers opened
 
     def _guarded(self, task: Callable[[], object]) -> None:
         try:

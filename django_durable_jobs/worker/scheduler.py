@@ -30,6 +30,7 @@ from ..exceptions import DurableJobsError, IdempotencyConflict
 from ..models import ScheduleState
 from ..schedules import Schedule, due_tick, load_schedules, missed_tick_count
 from ..services import Service
+from . import other_databases
 
 logger = logging.getLogger("django_durable_jobs.worker")
 
@@ -85,6 +86,7 @@ class Scheduler(Service):
         failures = 0
         try:
             while not self._stop.is_set():
+                other_databases.refresh(self.alias)  # for the enqueue signals' receivers
                 try:
                     self.run_once()
                     failures = 0
@@ -102,7 +104,7 @@ class Scheduler(Service):
                     logger.exception("Scheduler error; retrying in %.1fs", wait)
                 self._stop.wait(wait)
         finally:
-            connections[self.alias].close()
+            connections.close_all()  # the queue's, and what receivers opened
 
     def seconds_to_next_tick(self, now: datetime) -> float:
         """Until the soonest next tick of any schedule (bounded by ``MAX_SLEEP``)."""

@@ -164,16 +164,18 @@ DATABASES = {
 # Behind a transaction pooler (PgBouncer in transaction mode, RDS Proxy,
 # Supavisor's port 6543), DATABASE_URL goes through the pooler and LISTEN does
 # not work there: DIRECT_DATABASE_URL, when set, is a direct connection to the
-# same database, used only for LISTEN (LISTEN_DATABASE below;
-# docs/guides/poolers.md). In tests it is the test database (MIRROR). Django's
-# server-side cursors (QuerySet.iterator()) do not survive transaction pooling
-# either; the queue itself uses none.
+# queue's database (DATABASE_URL's, or QUEUE_DATABASE_URL's when set: a
+# NOTIFY reaches only its own database), used only for LISTEN (LISTEN_DATABASE
+# below; docs/guides/poolers.md). In tests it is that test database (MIRROR).
+# Django's server-side cursors (QuerySet.iterator()) do not survive
+# transaction pooling either; the queue itself uses none.
+QUEUE_DATABASE_URL = os.environ.get("QUEUE_DATABASE_URL", "").strip()
 DIRECT_DATABASE_URL = os.environ.get("DIRECT_DATABASE_URL", "").strip()
 if DIRECT_DATABASE_URL:
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
     DATABASES["direct"] = {
         **parse_database_url(DIRECT_DATABASE_URL, "DIRECT_DATABASE_URL"),
-        "TEST": {"MIRROR": "default"},
+        "TEST": {"MIRROR": "queue" if QUEUE_DATABASE_URL else "default"},
     }
 
 AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
@@ -204,7 +206,6 @@ if DIRECT_DATABASE_URL:
 # (durable_jobs.W014): the example's jobs carry what they need in their
 # payload, and example.checkout's Receipt, written by an atomic step, is
 # then no longer in the step's transaction (its retry may write it twice).
-QUEUE_DATABASE_URL = os.environ.get("QUEUE_DATABASE_URL", "").strip()
 if QUEUE_DATABASE_URL:
     DATABASES["queue"] = {
         **parse_database_url(QUEUE_DATABASE_URL, "QUEUE_DATABASE_URL"),

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
-from django.db import connection
+from django.db import connections
+
+from django_durable_jobs import db
 
 from .helpers import MANAGE, ROOT, Workers, queue_database_env, test_database_url
 from .pgbouncer import PACKAGE, PgBouncer, find_binary
@@ -84,7 +86,8 @@ def pgbouncer(django_db_setup: None) -> Iterator[PgBouncer]:
             f"pgbouncer not found: install the Debian package '{PACKAGE}' "
             f"(apt-get install {PACKAGE})"
         )
-    s = connection.settings_dict
+    # The queue's database: the one whose single pool a test uses.
+    s = connections[db.database_alias()].settings_dict
     bouncer = PgBouncer(
         binary,
         host=s["HOST"],

@@ -34,15 +34,23 @@ def size(short: int, long: int) -> int:
     return long if LONG else short
 
 
-def test_database_url(alias: str = "default") -> str:  # noqa: PT028 (not a test)
-    """A DATABASE_URL for the test database pytest-django created (for ``alias``)."""
+def test_database_url(
+    alias: str = "default",  # noqa: PT028 (not a test: __test__ is False below)
+    *,
+    host: str | None = None,  # noqa: PT028
+    port: int | None = None,  # noqa: PT028
+) -> str:
+    """A DATABASE_URL for the test database pytest-django created (for ``alias``).
+
+    ``host`` and ``port``: through something else than the server (a proxy).
+    """
     s = connections[alias].settings_dict
     user = quote(s["USER"] or "", safe="")
     password = f":{quote(s['PASSWORD'], safe='')}" if s["PASSWORD"] else ""
     auth = f"{user}{password}@" if user else ""
-    host = quote(s["HOST"] or "", safe="")
-    port = f":{s['PORT']}" if s["PORT"] else ""
-    return f"postgres://{auth}{host}{port}/{quote(s['NAME'], safe='')}"
+    host = quote(host if host is not None else s["HOST"] or "", safe="")
+    port_part = f":{port}" if port is not None else f":{s['PORT']}" if s["PORT"] else ""
+    return f"postgres://{auth}{host}{port_part}/{quote(s['NAME'], safe='')}"
 
 
 test_database_url.__test__ = False  # type: ignore[attr-defined]
@@ -60,6 +68,27 @@ def queue_database_env() -> dict[str, str]:
     if not queue_database.enabled():
         return {"QUEUE_DATABASE_URL": ""}
     return {"QUEUE_DATABASE_URL": test_database_url(queue_database.ALIAS)}
+
+
+def database_urls_through(host: str, port: int) -> dict[str, str]:
+    """``DATABASE_URL``, and ``QUEUE_DATABASE_URL`` in the queue-database mode, through a proxy.
+
+    The test databases, reached at ``host:port``: a test that takes "the
+    database" away from a worker (``proxy.cut()``) takes the queue's too.
+    """
+    from tests import queue_database
+
+    urls = {"DATABASE_URL": test_database_url(host=host, port=port)}
+    if queue_database.enabled():
+        urls["QUEUE_DATABASE_URL"] = test_database_url(queue_database.ALIAS, host=host, port=port)
+    return urls
+
+
+def queue_database_url_variable() -> str:
+    """The environment variable of the worker processes' queue database (the mode's or not)."""
+    from tests import queue_database
+
+    return "QUEUE_DATABASE_URL" if queue_database.enabled() else "DATABASE_URL"
 
 
 class Workers:

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 
 import psycopg
 import pytest
-from django.db import connection
+from django.db import connections
 
 from django_durable_jobs import db, enqueue
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker.outcomes import release
+from tests import queue_database
 from tests.factories import claim_directly
 from tests.ports import free_port
 from tests.testapp.models import Execution
@@ -45,11 +46,21 @@ GAUGE = "durable_jobs_worker_notifications_ok"
 
 @dataclass
 class Bounced:
-    """Workers (and enqueueing processes) whose DATABASE_URL goes through PgBouncer."""
+    """Workers (and enqueueing processes) whose DATABASE_URL goes through PgBouncer.
+
+    With the queue on its own database, its QUEUE_DATABASE_URL too; ``dbname``
+    is the queue's database.
+    """
 
     pgbouncer: PgBouncer
     workers: Workers
     dbname: str
+    #: Every database the processes reach through PgBouncer (the queue's, and "default").
+    dbnames: frozenset[str]
+
+    def transactions(self) -> int:
+        """Transactions PgBouncer has passed to the processes' databases so far."""
+        return sum(self.pgbouncer.transactions(name) for name in self.dbnames)
 
     def enqueue(self, code: str, *, timeout: float = 120) -> str:
         """Run ``code`` in ``manage.py shell`` through PgBouncer; its output."""
@@ -65,25 +76,32 @@ class Bounced:
         return proc.stdout
 
     def listen_directly(self) -> None:
-        """Give the processes ``DIRECT_DATABASE_URL``: the example project's LISTEN_DATABASE."""
-        self.workers.env["DIRECT_DATABASE_URL"] = test_database_url()
+        """Give the processes ``DIRECT_DATABASE_URL``: the example project's LISTEN_DATABASE.
+
+        A direct connection to the queue's database, where the NOTIFYs are sent.
+        """
+        self.workers.env["DIRECT_DATABASE_URL"] = test_database_url(db.database_alias())
 
 
 @pytest.fixture
 def bounced(pgbouncer: PgBouncer, workers: Workers) -> Iterator[Bounced]:
-    dbname = connection.settings_dict["NAME"]
+    names = {alias: connections[alias].settings_dict["NAME"] for alias in connections}
+    dbname = names[db.database_alias()]
     workers.env.update(
-        DATABASE_URL=pgbouncer.url(dbname),
+        DATABASE_URL=pgbouncer.url(names["default"]),
         DJANGO_SETTINGS_MODULE="tests.e2e.settings_pooler",
         E2E_LOG_LEVEL="INFO",
     )
+    if queue_database.enabled():
+        workers.env["QUEUE_DATABASE_URL"] = pgbouncer.url(dbname)
     workers.env.pop("DIRECT_DATABASE_URL", None)
     try:
-        yield Bounced(pgbouncer, workers, dbname)
+        yield Bounced(pgbouncer, workers, dbname, frozenset({names["default"], dbname}))
     finally:
         # Its server connections would outlive the test (and show in the next
         # tests' pg_stat_activity).
-        pgbouncer.drop_connections(dbname)
+        for name in {names["default"], dbname}:
+            pgbouncer.drop_connections(name)
 
 
 def stop(proc: subprocess.Popen[bytes], workers: Workers) -> None:
@@ -92,7 +110,8 @@ def stop(proc: subprocess.Popen[bytes], workers: Workers) -> None:
 
 
 def test_enqueue_and_the_whole_worker_path_run_through_pgbouncer(bounced: Bounced) -> None:
-    before = bounced.pgbouncer.transactions(bounced.dbname)
+    before = bounced.transactions()
+    queue_before = bounced.pgbouncer.transactions(bounced.dbname)
     # Through PgBouncer: single enqueues (Django's cursor), a bulk one (the
     # gateway's binding cursor), a chain (parents in the same statement), a
     # retry, a dead job.
@@ -117,7 +136,9 @@ def test_enqueue_and_the_whole_worker_path_run_through_pgbouncer(bounced: Bounce
     records = Job.objects.filter(type="tests.record")
     assert records.filter(status=JobStatus.COMPLETED).count() == 320
     # Each ran once (the handler's ORM writes go through PgBouncer too).
-    assert Execution.objects.filter(job_id__in=records.values("id")).count() == 320
+    # (The ids read first: Execution is on "default", the jobs maybe on the queue's database.)
+    ids = list(records.values_list("id", flat=True))
+    assert Execution.objects.filter(job_id__in=ids).count() == 320
     # A retry, then the group's callback with both results (1 and 2).
     assert sorted(
         Job.objects.filter(type="tests.fail_until").values_list("attempts", flat=True)
@@ -130,8 +151,11 @@ def test_enqueue_and_the_whole_worker_path_run_through_pgbouncer(bounced: Bounce
         assert bad not in log, log
     errors = [line for line in log.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and "Job discarded" in errors[0], errors
-    # It all went through PgBouncer: hundreds of transactions on this database.
-    assert bounced.pgbouncer.transactions(bounced.dbname) - before > 326
+    # It all went through PgBouncer: hundreds of transactions (on this database, or
+    # on the two with the queue on its own: the handlers' rows are on "default").
+    assert bounced.transactions() - before > 326
+    # The queue's own: more than the enqueueing process's 24 (the worker's claims and outcomes).
+    assert bounced.pgbouncer.transactions(bounced.dbname) - queue_before > 24
 
 
 def test_through_pgbouncer_nothing_is_prepared_unless_the_setting_says_so(
@@ -142,9 +166,10 @@ def test_through_pgbouncer_nothing_is_prepared_unless_the_setting_says_so(
     # prepared statement would be missing, or another client's, on the next
     # transaction's server connection (PgBouncer 1.18).
     out = bounced.enqueue(
-        "from django.db import connection\n"
+        "from django.db import connections\n"
         "from django.test import override_settings\n"
         "from django_durable_jobs import db\n"
+        "connection = connections[db.database_alias()]\n"
         "connection.ensure_connection()\n"
         "print('default', db._prepares(connection))\n"
         "with override_settings(DURABLE_JOBS={'PREPARE_STATEMENTS': True}):\n"
@@ -162,7 +187,7 @@ def test_without_listen_database_the_worker_warns_once_says_so_and_polls(
     )  # fmt: skip
     # The probe at start, missed after 5 s.
     wait_for(lambda: NOT_ARRIVING in bounced.workers.output(), 60, "the warning")
-    assert sample(port, GAUGE, listen_database="default") == 0
+    assert sample(port, GAUGE, listen_database=db.database_alias()) == 0
     status, body = get(port, "/healthz")
     assert status == 200  # the worker works, by polling
     assert body.startswith("ok\n") and "notifications: not arriving" in body, body
@@ -223,18 +248,19 @@ def test_the_last_write_of_a_forced_exit_leaves_no_setting_on_the_pooled_connect
     connection for the next client; ``<name>_single`` has one server
     connection, so the next client is sure to get it.
     """
-    dbname = connection.settings_dict["NAME"]
+    alias = db.database_alias()
+    dbname = connections[alias].settings_dict["NAME"]
     enqueue("tests.record")
     claimed = claim_directly()
     params = {
-        **db.connection_params("default"),
+        **db.connection_params(alias),
         "host": "127.0.0.1",
         "port": pgbouncer.port,
         "dbname": f"{dbname}_single",
     }
     monkeypatch.setattr(db, "connection_params", lambda using: dict(params))
     db.record_outcomes_directly(
-        "default",
+        alias,
         [release(claimed.id, claimed.lease_token)],
         history_limit=20,
         timeout_seconds=2.0,

@@ -14,7 +14,7 @@ from django_durable_jobs.models import Job, JobStatus, WorkerProcess
 from tests.factories import WAIT_SECONDS
 from tests.ports import free_port
 
-from .helpers import Workers, get, sample, wait_for
+from .helpers import Workers, database_urls_through, get, sample, wait_for
 from .proxy import Proxy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -63,11 +63,7 @@ def test_healthz_is_503_while_the_database_is_away(workers: Workers) -> None:
     settings = connection.settings_dict
     proxy = Proxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432))
     proxy.start()
-    user = settings["USER"] or "postgres"
-    password = f":{settings['PASSWORD']}" if settings["PASSWORD"] else ""
-    workers.env["DATABASE_URL"] = (
-        f"postgres://{user}{password}@127.0.0.1:{proxy.port}/{settings['NAME']}"
-    )
+    workers.env.update(database_urls_through("127.0.0.1", proxy.port))
     port = free_port()
     proc = workers.start(
         "--metrics-port", str(port), "--metrics-host", "127.0.0.1",

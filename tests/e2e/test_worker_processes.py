@@ -16,7 +16,14 @@ from django_durable_jobs.models import Job, JobStatus, WorkerProcess
 from tests.factories import WAIT_SECONDS
 from tests.testapp.models import Execution
 
-from .helpers import Workers, size, test_database_url, wait_for
+from .helpers import (
+    Workers,
+    database_urls_through,
+    queue_database_url_variable,
+    size,
+    test_database_url,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -168,7 +175,10 @@ def test_an_unmigrated_database_is_refused_naming_migrate(workers: Workers) -> N
         cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
         cursor.execute(f'CREATE DATABASE "{name}"')
     try:
-        workers.env["DATABASE_URL"] = test_database_url().rsplit("/", 1)[0] + f"/{name}"
+        # The queue's database lacks them (with the queue on its own, not 'default').
+        workers.env[queue_database_url_variable()] = (
+            test_database_url().rsplit("/", 1)[0] + f"/{name}"
+        )
         proc = workers.start("--burst")
         assert proc.wait(60) == 1, workers.output()
         output = workers.output()
@@ -244,11 +254,7 @@ def test_the_worker_survives_the_database_going_away_and_coming_back(
     settings = connection.settings_dict
     proxy = Proxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432))
     proxy.start()
-    user = settings["USER"] or "postgres"
-    password = f":{settings['PASSWORD']}" if settings["PASSWORD"] else ""
-    workers.env["DATABASE_URL"] = (
-        f"postgres://{user}{password}@127.0.0.1:{proxy.port}/{settings['NAME']}"
-    )
+    workers.env.update(database_urls_through("127.0.0.1", proxy.port))
     proc = workers.start("--poll-interval", "0.2", "--lease-seconds", "3")
     first = enqueue("tests.record").job
     wait_for(

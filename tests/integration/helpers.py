@@ -216,7 +216,7 @@ def claim_from(queue: str, want: int) -> int:
     """Claim ``want`` jobs of a limited queue as a worker does; how many it got."""
     for _ in range(2):  # the queue's first claim creates its throttle row and gets nothing
         claimed = db.claim_limited(
-            "default",
+            db.database_alias(),
             worker_id="w",
             lease_seconds=30,
             queue=queue,
@@ -232,7 +232,7 @@ def claim_from(queue: str, want: int) -> int:
 def claim_key(limit: int = 1) -> None:
     """Claim ``limit`` keyed jobs, within their keys' limits, as a worker does."""
     claimed = db.claim_keyed(
-        "default",
+        db.database_alias(),
         worker_id="w",
         lease_seconds=30,
         limit=limit,
@@ -263,7 +263,7 @@ def hold_jobs_back() -> None:
     enqueue_many([{"type": "tests.serial", "concurrency_key": "a"}] * 3)
     claim_key()
     jobs("other", 2)
-    assert held_back("default") == HELD_BY_HOLD_JOBS_BACK
+    assert held_back(db.database_alias()) == HELD_BY_HOLD_JOBS_BACK
 
 
 # --- workers ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.utils.crypto import get_random_string
 from rest_framework.authtoken.models import Token
 
-from django_durable_jobs import enqueue, enqueue_many
+from django_durable_jobs import db, enqueue, enqueue_many
 from django_durable_jobs.api.errors import PayloadTooLarge
 from django_durable_jobs.api.parsers import BoundedJSONParser
 from django_durable_jobs.models import AuditEntry, Job, JobStatus, QueueState
@@ -454,7 +454,7 @@ def test_health_is_a_503_when_the_database_does_not_answer(
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise OperationalError("connection to server at 10.0.0.1 refused, user secret")
 
-    monkeypatch.setattr(connections["default"], "cursor", refuse)
+    monkeypatch.setattr(connections[db.database_alias()], "cursor", refuse)
     response = Client().get("/api/health")
     assert response.status_code == 503
     body = response.json()

@@ -353,12 +353,13 @@ def test_requeue_from_step_needs_requeue_job() -> None:
 
 
 def test_a_job_just_enqueued_answers_no_steps_without_reading_them(staff: Api) -> None:
-    from django.db import connection
     from django.test.utils import CaptureQueriesContext
+
+    from tests.factories import queue_connection
 
     from .helpers import job_body
 
-    with CaptureQueriesContext(connection) as queries:
+    with CaptureQueriesContext(queue_connection) as queries:
         response = staff.post("/api/jobs", job_body("fresh"))
     assert response.status_code == 201
     body = response.json()
@@ -366,6 +367,6 @@ def test_a_job_just_enqueued_answers_no_steps_without_reading_them(staff: Api) -
     assert body["waiting_for"] is None
     assert not [q for q in queries if "durable_jobs_step" in q["sql"]]
     # A replay reads them (the job may have run since).
-    with CaptureQueriesContext(connection) as queries:
+    with CaptureQueriesContext(queue_connection) as queries:
         assert staff.post("/api/jobs", job_body("fresh")).status_code == 200
     assert [q for q in queries if "durable_jobs_step" in q["sql"]]

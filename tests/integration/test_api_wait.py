@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.db import connections
 from django.test import override_settings
 
-from django_durable_jobs import enqueue, operations
+from django_durable_jobs import db, enqueue, operations
 from django_durable_jobs.api import long_poll
 from django_durable_jobs.api.long_poll import waiting_requests
 from django_durable_jobs.models import Job, JobStatus
@@ -45,7 +45,7 @@ def get_in_thread(api: Api, path: str) -> tuple[threading.Thread, dict[str, Any]
 
 def until_requests_wait(count: int) -> None:
     """Until ``count`` requests hold a slot, and the listener LISTENs."""
-    listener = listening.listener_for("default")
+    listener = listening.listener_for(db.database_alias())
     wait_until(
         lambda: (
             waiting_requests.held == count

@@ -227,7 +227,7 @@ def test_jobs_that_die_again_or_are_created_during_the_run_are_not_visited() -> 
 
 def _claim(job: Job) -> ClaimedJob:
     Job.objects.filter(pk=job.pk).update(priority=PRIORITY_MAX)
-    (claimed,) = db.claim("default", worker_id="w", lease_seconds=30, limit=1)
+    (claimed,) = db.claim(db.database_alias(), worker_id="w", lease_seconds=30, limit=1)
     assert claimed.id == job.pk
     return claimed
 
@@ -240,7 +240,7 @@ def test_a_bulk_requeue_makes_the_dependents_wait_for_their_parents_again() -> N
     ]
     for parent in parents:
         db.record_outcomes(
-            "default",
+            db.database_alias(),
             [dead(_claim(parent), "w", Failure("boom", "ValueError", ""))],
             history_limit=20,
         )

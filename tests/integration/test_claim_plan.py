@@ -13,6 +13,7 @@ from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from django_durable_jobs import db
 from django_durable_jobs.constants import (
     CLAIM_INDEX,
     CLAIM_QUEUE_INDEX,
@@ -174,7 +175,7 @@ def test_what_is_held_back_is_counted_by_index_never_a_seq_scan(big_table: None)
         override_settings(DURABLE_JOBS={"QUEUES": queues}),
         CaptureQueriesContext(queue_connection) as captured,
     ):
-        held = held_back("default")
+        held = held_back(db.database_alias())
     assert held["emails"]["concurrency"] == 2_000  # its third of the 6,000 runnable
     assert held["default"]["paused"] == 2_000 + 1_980
     statements = [q["sql"] for q in captured.captured_queries]

@@ -92,7 +92,7 @@ def test_racing_claims_on_one_free_key_start_one_job_each_round() -> None:
 
     def claim(i: int) -> list[ClaimedJob]:
         return db.claim_keyed(
-            "default",
+            db.database_alias(),
             worker_id=f"racer-{i}",
             lease_seconds=30,
             limit=5,
@@ -114,7 +114,7 @@ def test_racing_claims_on_one_free_key_start_one_job_each_round() -> None:
 def test_jobs_with_a_key_of_a_type_without_a_limit_run_unlimited() -> None:
     enqueue_many([{"type": "tests.record", "concurrency_key": "k"}] * 5)
     claimed = db.claim(
-        "default", worker_id="w", lease_seconds=30, limit=10, keyed_types=list(SERIAL)
+        db.database_alias(), worker_id="w", lease_seconds=30, limit=10, keyed_types=list(SERIAL)
     )
     assert len(claimed) == 5
 
@@ -123,7 +123,7 @@ def test_the_plain_claim_leaves_keyed_jobs_of_limited_types_alone() -> None:
     keyed = enqueue("tests.serial", concurrency_key="k").job
     plain = enqueue("tests.serial").job  # no key: not limited
     claimed = db.claim(
-        "default", worker_id="w", lease_seconds=30, limit=10, keyed_types=list(SERIAL)
+        db.database_alias(), worker_id="w", lease_seconds=30, limit=10, keyed_types=list(SERIAL)
     )
     assert [job.id for job in claimed] == [plain.pk]
     assert Job.objects.get(pk=keyed.pk).status == JobStatus.PENDING
@@ -132,15 +132,18 @@ def test_the_plain_claim_leaves_keyed_jobs_of_limited_types_alone() -> None:
 def test_a_dead_worker_s_job_holds_its_key_only_until_its_lease_expires() -> None:
     enqueue("tests.serial", concurrency_key="k", priority=5)
     (held,) = db.claim_keyed(
-        "default", worker_id="dead", lease_seconds=1.0, limit=1, key_limits=SERIAL
+        db.database_alias(), worker_id="dead", lease_seconds=1.0, limit=1, key_limits=SERIAL
     )
     waiting = enqueue("tests.serial", concurrency_key="k").job
     assert (
-        db.claim_keyed("default", worker_id="w", lease_seconds=30, limit=1, key_limits=SERIAL) == []
+        db.claim_keyed(
+            db.database_alias(), worker_id="w", lease_seconds=30, limit=1, key_limits=SERIAL
+        )
+        == []
     )
     wait_until(
         lambda: db.claim_keyed(
-            "default", worker_id="w", lease_seconds=30, limit=1, key_limits=SERIAL
+            db.database_alias(), worker_id="w", lease_seconds=30, limit=1, key_limits=SERIAL
         ),
         what="the key to free once the dead worker's lease expired",
     )

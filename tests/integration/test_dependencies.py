@@ -35,7 +35,7 @@ from django_durable_jobs.exceptions import IdempotencyConflict
 from django_durable_jobs.models import Job, JobDependency, JobStatus
 from django_durable_jobs.worker.completer import Completer
 from django_durable_jobs.worker.outcomes import Failure, complete, dead
-from tests.factories import expire, reaper
+from tests.factories import expire, queue_connection, reaper
 
 from .helpers import new_connection, run_in_threads, wait_for_lock_waiters
 
@@ -52,13 +52,13 @@ def status(job: Job | uuid.UUID) -> str:
 def claim(job: Job) -> ClaimedJob:
     """Claim ``job`` (runnable) as a worker would: first in line, by the top priority."""
     Job.objects.filter(pk=job.pk).update(priority=PRIORITY_MAX)
-    (claimed,) = db.claim("default", worker_id=f"w-{job.pk}", lease_seconds=30, limit=1)
+    (claimed,) = db.claim(db.database_alias(), worker_id=f"w-{job.pk}", lease_seconds=30, limit=1)
     assert claimed.id == job.pk
     return claimed
 
 
 def finish(*outcomes: Outcome) -> set[uuid.UUID]:
-    return db.record_outcomes("default", list(outcomes), history_limit=20)
+    return db.record_outcomes(db.database_alias(), list(outcomes), history_limit=20)
 
 
 def fail(job: ClaimedJob) -> Outcome:
@@ -135,7 +135,10 @@ def test_unknown_parents_are_an_error_naming_them_and_store_nothing() -> None:
 def test_malformed_depends_on_is_refused_before_the_database(
     depends_on: Any, message: str, django_assert_num_queries: Any
 ) -> None:
-    with django_assert_num_queries(0), pytest.raises(InvalidJob, match=message):
+    with (
+        django_assert_num_queries(0, connection=queue_connection),
+        pytest.raises(InvalidJob, match=message),
+    ):
         enqueue(T, depends_on=depends_on)
 
 
@@ -197,7 +200,7 @@ def test_a_plain_chain_is_one_statement_and_releases_link_by_link(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     log = StatementLog(monkeypatch)
-    with CaptureQueriesContext(connections["default"]) as orm:
+    with CaptureQueriesContext(queue_connection) as orm:
         first, second, third = chain({"type": T}, {"type": T}, {"type": T})
     assert (log.names, len(orm)) == (["insert_jobs_with_parents"], 0), orm.captured_queries
     assert [counts(r) for r in (first, second, third)] == [
@@ -214,7 +217,7 @@ def test_a_plain_chain_is_one_statement_and_releases_link_by_link(
 
 def test_a_plain_group_with_a_callback_is_one_statement(monkeypatch: pytest.MonkeyPatch) -> None:
     log = StatementLog(monkeypatch)
-    with CaptureQueriesContext(connections["default"]) as orm:
+    with CaptureQueriesContext(queue_connection) as orm:
         *members, callback = group([{"type": T}] * 3, then={"type": T})
     assert (log.names, len(orm)) == (["insert_jobs_with_parents"], 0), orm.captured_queries
     assert [counts(m) for m in members] == [("pending", 0, 0, 1)] * 3
@@ -311,7 +314,7 @@ def test_the_jobs_a_failed_parent_cancels_are_announced_as_finished(
     a = enqueue(T).job
     b, c = (r.job for r in chain({"type": T, "depends_on": [a]}, {"type": T}))
     runs = enqueue(T, depends_on=[b], on_parent_failure="run").job
-    completer = Completer("default", 20, lambda outcomes, written: None)
+    completer = Completer(db.database_alias(), 20, lambda outcomes, written: None)
     assert completer._finish([fail(claim(a))]) == {a.pk}
     assert announced == [{b.pk, c.pk}]
     assert status(runs) == "pending"
@@ -408,7 +411,7 @@ def test_outcomes_of_jobs_without_dependents_are_one_statement(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     enqueue_many([{"type": T} for _ in range(3)])
-    jobs = db.claim("default", worker_id="w", lease_seconds=30, limit=3)
+    jobs = db.claim(db.database_alias(), worker_id="w", lease_seconds=30, limit=3)
     log = StatementLog(monkeypatch)
     outcomes = [complete(jobs[0], "1"), fail(jobs[1]), complete(jobs[2], "null")]
     assert finish(*outcomes) == {job.id for job in jobs}
@@ -419,7 +422,7 @@ def test_outcomes_of_jobs_without_dependents_are_one_statement(
 def test_outcomes_of_parents_add_the_release(monkeypatch: pytest.MonkeyPatch) -> None:
     parent, plain = enqueue(T).job, enqueue(T).job
     enqueue(T, depends_on=[parent])
-    jobs = db.claim("default", worker_id="w", lease_seconds=30, limit=2)
+    jobs = db.claim(db.database_alias(), worker_id="w", lease_seconds=30, limit=2)
     log = StatementLog(monkeypatch)
     assert finish(*(complete(job, "null") for job in jobs)) == {parent.pk, plain.pk}
     assert log.names == ["record_outcomes", "release_dependents"]
@@ -483,7 +486,7 @@ def context(job: Job, parents: int) -> JobContext:
 
 def test_parent_results_costs_nothing_without_parents(django_assert_num_queries: Any) -> None:
     job = enqueue(T).job
-    with django_assert_num_queries(0):
+    with django_assert_num_queries(0, connection=queue_connection):
         assert context(job, 0).parent_results == {}
 
 
@@ -493,7 +496,7 @@ def test_parent_results_maps_each_parent_to_its_result(django_assert_num_queries
     finish(complete(claim(a), '{"n": 1}'))
     finish(fail(claim(b)))
     ctx = context(child, 2)
-    with django_assert_num_queries(1):
+    with django_assert_num_queries(1, connection=queue_connection):
         assert ctx.parent_results == {a.pk: {"n": 1}, b.pk: None}
         assert ctx.parent_results is ctx.parent_results  # read once
 
@@ -591,7 +594,7 @@ def test_concurrent_enqueues_sharing_parents_do_not_deadlock() -> None:
     def enqueue_children(i: int) -> None:
         order = random.Random(i).sample(parents, len(parents))
         for _ in range(5):
-            with transaction.atomic():
+            with transaction.atomic(using=db.database_alias()):
                 enqueue(T, depends_on=order)
                 enqueue(T, depends_on=order[::-1])
 

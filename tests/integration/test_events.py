@@ -141,7 +141,7 @@ def test_emit_notifies_the_woken_jobs_queues_at_commit() -> None:
     try:
         db.listen(listener, "durable_jobs")
         list(listener.notifies(timeout=0.2))  # nothing pending before
-        with transaction.atomic():
+        with transaction.atomic(using=db.database_alias()):
             emit_event("ping")
             assert list(listener.notifies(timeout=0.2)) == []  # not before commit
         payloads = {n.payload for n in listener.notifies(timeout=5, stop_after=2)}
@@ -156,7 +156,7 @@ def test_an_emit_rolled_back_leaves_no_event_and_wakes_nothing() -> None:
     class Boom(Exception):
         pass
 
-    with pytest.raises(Boom), transaction.atomic():
+    with pytest.raises(Boom), transaction.atomic(using=db.database_alias()):
         assert emit_event("rollback", {"x": 1}).created
         raise Boom
     assert not Event.objects.filter(pk="rollback").exists()
@@ -171,7 +171,7 @@ def test_an_emit_rolled_back_leaves_no_event_and_wakes_nothing() -> None:
 
 
 def test_emit_commits_with_the_callers_data() -> None:
-    with transaction.atomic():
+    with transaction.atomic(using=db.database_alias()):
         emit_event("with.data", 1)
         make_job()
         assert Event.objects.filter(pk="with.data").exists()

@@ -35,12 +35,12 @@ def finished_notifications(conn: psycopg.Connection[Any]) -> list[list[str]]:
 
 def test_one_notification_per_statement_for_300_completions() -> None:
     ids = [enqueue("tests.record").job.pk for _ in range(300)]
-    claimed = db.claim("default", worker_id="w", lease_seconds=30.0, limit=300)
+    claimed = db.claim(db.database_alias(), worker_id="w", lease_seconds=30.0, limit=300)
     assert len(claimed) == 300
     with new_connection() as conn:
         db.listen(conn, db.finished_channel())
         written = db.record_outcomes(
-            "default",
+            db.database_alias(),
             [Outcome(c.id, c.lease_token, Transition.COMPLETE) for c in claimed],
             history_limit=20,
         )
@@ -54,11 +54,11 @@ def test_one_notification_per_statement_for_300_completions() -> None:
 def test_retries_and_releases_are_not_notified_as_finished() -> None:
     for _ in range(3):
         enqueue("tests.record")
-    a, b, c = db.claim("default", worker_id="w", lease_seconds=30.0, limit=3)
+    a, b, c = db.claim(db.database_alias(), worker_id="w", lease_seconds=30.0, limit=3)
     with new_connection() as conn:
         db.listen(conn, db.finished_channel())
         db.record_outcomes(
-            "default",
+            db.database_alias(),
             [
                 Outcome(a.id, a.lease_token, Transition.RETRY, delay_us=10**9),
                 Outcome(b.id, b.lease_token, Transition.RELEASE),
@@ -108,7 +108,7 @@ def test_a_forced_exit_s_last_write_notifies_too() -> None:
     with new_connection() as conn:
         db.listen(conn, db.finished_channel())
         db.record_outcomes_directly(
-            "default",
+            db.database_alias(),
             [Outcome(claimed.id, claimed.lease_token, Transition.COMPLETE)],
             history_limit=20,
             timeout_seconds=5,
@@ -137,12 +137,12 @@ def test_children_a_dead_parent_cancels_are_notified_too() -> None:
     parent = enqueue("tests.record").job
     child = enqueue("tests.record", depends_on=[parent]).job
     grandchild = enqueue("tests.record", depends_on=[child]).job
-    (claimed,) = db.claim("default", worker_id="w", lease_seconds=30.0, limit=1)
+    (claimed,) = db.claim(db.database_alias(), worker_id="w", lease_seconds=30.0, limit=1)
     assert claimed.id == parent.pk
     with new_connection() as conn:
         db.listen(conn, db.finished_channel())
         db.record_outcomes(
-            "default",
+            db.database_alias(),
             [dead_outcome(claimed)],
             history_limit=20,
         )

@@ -53,7 +53,7 @@ def test_enqueue_many_keeps_the_fast_path() -> None:
 
 
 def claim(worker_id: str = "ghost") -> uuid.UUID:
-    (job,) = db.claim("default", worker_id=worker_id, lease_seconds=30.0, limit=1)
+    (job,) = db.claim(db.database_alias(), worker_id=worker_id, lease_seconds=30.0, limit=1)
     return job.id
 
 
@@ -70,7 +70,7 @@ def test_the_reaper_backs_off_exactly_as_a_failed_attempt_does() -> None:
     for attempt in (1, 2, 3):
         expire(claim())
         (lease, outcome), *_ = db.reap(
-            "default",
+            db.database_alias(),
             lock_key=REAPER_LOCK_KEY,
             limit=10,
             history_limit=20,
@@ -89,7 +89,7 @@ def test_the_reaper_kills_a_job_with_no_attempt_left_by_the_same_rule() -> None:
     job = enqueue("tests.record", max_attempts=1).job
     expire(claim())
     [(_, outcome)] = db.reap(
-        "default",
+        db.database_alias(),
         lock_key=REAPER_LOCK_KEY,
         limit=10,
         history_limit=20,
@@ -104,11 +104,11 @@ def test_the_reaper_kills_a_job_with_no_attempt_left_by_the_same_rule() -> None:
 
 
 def test_next_available_at_reads_the_soonest_pending_job() -> None:
-    assert db.next_available_at("default", None) is None
+    assert db.next_available_at(db.database_alias(), None) is None
     soon = enqueue("tests.record", queue="a", delay=timedelta(seconds=30)).job
     enqueue("tests.record", queue="b", delay=timedelta(seconds=10))
-    assert db.next_available_at("default", {"a"}) == soon.available_at
-    assert db.next_available_at("default", None) < soon.available_at  # type: ignore[operator]
+    assert db.next_available_at(db.database_alias(), {"a"}) == soon.available_at
+    assert db.next_available_at(db.database_alias(), None) < soon.available_at  # type: ignore[operator]
 
 
 @pytest.mark.parametrize("queues", [None, ["default", "emails"]])
@@ -133,11 +133,11 @@ def test_a_claimed_batch_comes_back_in_claim_order(queues: list[str] | None) -> 
         .values_list("pk", flat=True)
     )
     if queues is None:
-        claimed = db.claim("default", worker_id="w", lease_seconds=30, limit=60)
+        claimed = db.claim(db.database_alias(), worker_id="w", lease_seconds=30, limit=60)
         assert [job.id for job in claimed] == expected
     else:
         claimed = db.claim_per_queue(
-            "default", worker_id="w", lease_seconds=30, limits=[(q, 30) for q in queues]
+            db.database_alias(), worker_id="w", lease_seconds=30, limits=[(q, 30) for q in queues]
         )
         assert [job.id for job in claimed] == expected
 
@@ -147,14 +147,16 @@ def test_a_heartbeat_locks_its_jobs_in_id_order_as_outcomes_do() -> None:
     # heartbeat extends the same worker's leases: in any other order the two
     # statements deadlock (the chains benchmark saw 'deadlock detected').
     enqueue_many([{"type": "tests.record"} for _ in range(2)])
-    jobs = sorted(db.claim("default", worker_id="w", lease_seconds=30, limit=2), key=lambda j: j.id)
+    jobs = sorted(
+        db.claim(db.database_alias(), worker_id="w", lease_seconds=30, limit=2), key=lambda j: j.id
+    )
     first, second = jobs
     held = {second.id: second.lease_token, first.id: first.lease_token}  # the higher id first
     result: list[object] = []
 
     def heartbeat() -> None:
         try:
-            result.append(db.extend_leases("default", held, lease_seconds=60))
+            result.append(db.extend_leases(db.database_alias(), held, lease_seconds=60))
         finally:
             connections.close_all()
 

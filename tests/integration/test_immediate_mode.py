@@ -15,7 +15,7 @@ from django.core import checks, mail
 from django.db import transaction
 from django.test import TestCase, override_settings
 
-from django_durable_jobs import chain, enqueue, enqueue_many, group
+from django_durable_jobs import chain, db, enqueue, enqueue_many, group
 from django_durable_jobs.checks import check_immediate_mode
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.testing import assert_enqueued, run_jobs
@@ -48,8 +48,8 @@ class InATestCase(TestCase):
         assert status(dead) == JobStatus.DEAD
 
     def test_inside_the_codes_own_transaction_it_waits_for_the_commit(self) -> None:
-        with self.captureOnCommitCallbacks(execute=True) as callbacks:
-            with transaction.atomic():
+        with self.captureOnCommitCallbacks(using=db.database_alias(), execute=True) as callbacks:
+            with transaction.atomic(using=db.database_alias()):
                 job = enqueue("tests.record").job
                 assert status(job) == JobStatus.PENDING
             # Released, not committed: the test's transaction is still open.
@@ -58,16 +58,16 @@ class InATestCase(TestCase):
         assert status(job) == JobStatus.COMPLETED
 
     def test_not_captured_the_job_stays_pending_for_run_jobs(self) -> None:
-        with transaction.atomic():
+        with transaction.atomic(using=db.database_alias()):
             job = enqueue("tests.record").job
         assert status(job) == JobStatus.PENDING
         assert [r.id for r in run_jobs()] == [job.pk]
 
     def test_a_rolled_back_enqueue_runs_nothing(self) -> None:
         with (
-            self.captureOnCommitCallbacks(execute=True) as callbacks,
+            self.captureOnCommitCallbacks(using=db.database_alias(), execute=True) as callbacks,
             pytest.raises(RuntimeError),
-            transaction.atomic(),
+            transaction.atomic(using=db.database_alias()),
         ):
             enqueue("tests.record")
             raise RuntimeError("roll back")
@@ -140,7 +140,7 @@ class Off(TestCase):
 def test_a_transactional_test_runs_the_job_on_the_real_commit() -> None:
     job = enqueue("tests.record").job
     assert status(job) == JobStatus.COMPLETED
-    with transaction.atomic():
+    with transaction.atomic(using=db.database_alias()):
         inside = enqueue("tests.record").job
         assert status(inside) == JobStatus.PENDING
     assert status(inside) == JobStatus.COMPLETED

@@ -140,7 +140,7 @@ def test_a_reconnected_listener_probes_again() -> None:
 def test_without_listen_database_the_worker_listens_on_its_own_database() -> None:
     running = RunningWorker(worker_config(burst=False, poll_interval=30.0))
     try:
-        assert running.worker.config.listen_alias == "default"
+        assert running.worker.config.listen_alias == db.database_alias()
         wait_until(lambda: running.worker.notifications_arriving is True, WAIT_SECONDS, "the probe")
         assert LISTEN_APP not in listening_apps()
     finally:
@@ -197,7 +197,7 @@ def test_a_listener_that_hears_nothing_is_detected_once_and_the_worker_polls(
             "notifications: not arriving (polling every 0.5s; see DURABLE_JOBS['LISTEN_DATABASE'])"
         )
         assert worker.healthy()  # it works, by polling: /healthz stays 200
-        sample = metrics.NOTIFICATIONS_OK.labels("default")._value.get()
+        sample = metrics.NOTIFICATIONS_OK.labels(db.database_alias())._value.get()
         assert sample == 0
         job = enqueue("tests.record").job
         wait_until(
@@ -214,4 +214,4 @@ def test_a_listener_that_hears_nothing_is_detected_once_and_the_worker_polls(
     assert len(warnings) == 1, warnings
     assert "LISTEN" in warnings[0] and "LISTEN_DATABASE" in warnings[0]
     # Stopped: the worker's gauge is gone.
-    assert ("default",) not in metrics.NOTIFICATIONS_OK._metrics
+    assert (db.database_alias(),) not in metrics.NOTIFICATIONS_OK._metrics

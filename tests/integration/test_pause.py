@@ -164,24 +164,29 @@ def test_the_claims_leave_paused_queues_out() -> None:
     for queue in ("default", "emails", "emails", "reports"):
         make_job(queue=queue)
     args = {"worker_id": "w", "lease_seconds": 30.0}
-    assert db.claim("default", **args, limit=10, queues={"emails"}, excluded={"emails"}) == []
+    assert (
+        db.claim(db.database_alias(), **args, limit=10, queues={"emails"}, excluded={"emails"})
+        == []
+    )
     both = {"emails", "reports"}
-    claimed = db.claim("default", **args, limit=10, queues=both, excluded={"emails"})
+    claimed = db.claim(db.database_alias(), **args, limit=10, queues=both, excluded={"emails"})
     assert [job.queue for job in claimed] == ["reports"]
-    per_queue = db.claim_per_queue("default", **args, limits=[("emails", 5)], excluded={"emails"})
+    per_queue = db.claim_per_queue(
+        db.database_alias(), **args, limits=[("emails", 5)], excluded={"emails"}
+    )
     assert per_queue == []
-    any_queue = db.claim("default", **args, limit=10, excluded={"emails"})
+    any_queue = db.claim(db.database_alias(), **args, limit=10, excluded={"emails"})
     assert [job.queue for job in any_queue] == ["default"]
     # Only the paused queue's jobs are left.
     assert set(Job.objects.pending().values_list("queue", flat=True)) == {"emails"}
-    assert db.claim("default", **args, limit=10, excluded=()) != []
+    assert db.claim(db.database_alias(), **args, limit=10, excluded=()) != []
 
 
 def test_next_available_at_leaves_paused_queues_out() -> None:
     job = make_job(queue="emails")
-    assert db.next_available_at("default", None) == job.available_at
-    assert db.next_available_at("default", None, {"emails"}) is None
-    assert db.next_available_at("default", {"emails"}, {"emails"}) is None
+    assert db.next_available_at(db.database_alias(), None) == job.available_at
+    assert db.next_available_at(db.database_alias(), None, {"emails"}) is None
+    assert db.next_available_at(db.database_alias(), {"emails"}, {"emails"}) is None
 
 
 def test_paused_queues_reads_the_seconds_left_by_the_database_clock() -> None:
@@ -189,7 +194,7 @@ def test_paused_queues_reads_the_seconds_left_by_the_database_clock() -> None:
     pause_queue("brief", timedelta(seconds=60))
     pause_queue("over", timedelta(seconds=60))
     QueueState.objects.filter(name="over").update(paused_until=timezone.now() - timedelta(1))
-    paused = db.paused_queues("default")
+    paused = db.paused_queues(db.database_alias())
     assert set(paused) == {"forever", "brief"}
     assert paused["forever"] is None
     assert 55 < paused["brief"] <= 60  # type: ignore[operator]
@@ -291,9 +296,13 @@ def test_a_claim_that_has_not_heard_of_a_pause_still_leaves_the_paused_queue_alo
     pause_queue("emails")
     held = make_job(queue="emails")
     other = make_job(queue="default")
-    claimed = db.claim("default", worker_id="stale", lease_seconds=30, limit=10, excluded=())
+    claimed = db.claim(
+        db.database_alias(), worker_id="stale", lease_seconds=30, limit=10, excluded=()
+    )
     assert [job.id for job in claimed] == [other.id]
     assert status(held) == JobStatus.PENDING
     resume_queue("emails")
-    again = db.claim("default", worker_id="stale", lease_seconds=30, limit=10, excluded=())
+    again = db.claim(
+        db.database_alias(), worker_id="stale", lease_seconds=30, limit=10, excluded=()
+    )
     assert [job.id for job in again] == [held.id]

@@ -14,7 +14,6 @@ import uuid
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.test import override_settings
 from psycopg import ClientCursor
 
@@ -22,6 +21,7 @@ from django_durable_jobs import db, enqueue_many
 from django_durable_jobs.db.queries import QUERIES
 from django_durable_jobs.db.records import Outcome, Transition
 from django_durable_jobs.models import Job
+from tests.factories import queue_connection
 
 from .helpers import seq_scanned
 
@@ -40,7 +40,7 @@ ROUNDS = 7
 
 def prepared_here() -> dict[str, tuple[int, int]]:
     """The queue's statements prepared on this connection: name -> (generic, custom) plans."""
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
         rows = cursor.fetchall()
     found = {}
@@ -58,14 +58,18 @@ def one_round(index: int) -> dict[str, Any]:
         + [{"type": "tests.record", "payload": {"round": index}}]
     )
     keyed = db.claim_keyed(
-        "default", worker_id="w", lease_seconds=30, limit=8, key_limits={"tests.serial": 1}
+        db.database_alias(),
+        worker_id="w",
+        lease_seconds=30,
+        limit=8,
+        key_limits={"tests.serial": 1},
     )
     plain = db.claim(
-        "default", worker_id="w", lease_seconds=30, limit=8, keyed_types=["tests.serial"]
+        db.database_alias(), worker_id="w", lease_seconds=30, limit=8, keyed_types=["tests.serial"]
     )
     held = {job.id: job.lease_token for job in [*keyed, *plain]}
     stale = {plain[0].id: uuid.uuid4()}  # a lease this worker lost
-    extended = db.extend_leases("default", {**held, **stale}, lease_seconds=60)
+    extended = db.extend_leases(db.database_alias(), {**held, **stale}, lease_seconds=60)
     ids = sorted([*keyed, *plain], key=lambda job: job.id)
     outcomes = [
         Outcome(ids[0].id, ids[0].lease_token, Transition.COMPLETE, '{"ok": 1}'),
@@ -73,7 +77,7 @@ def one_round(index: int) -> dict[str, Any]:
         Outcome(ids[2].id, ids[2].lease_token, Transition.DEAD, last_error="y"),
         Outcome(plain[0].id, uuid.uuid4(), Transition.COMPLETE),  # fenced: not its token
     ]
-    written = db.record_outcomes("default", outcomes, history_limit=20)
+    written = db.record_outcomes(db.database_alias(), outcomes, history_limit=20)
     statuses = sorted(Job.objects.filter(id__in=held).values_list("status", flat=True))
     Job.objects.all().delete()  # the next round starts from an empty table
     return {
@@ -122,7 +126,7 @@ def test_results_are_the_same_prepared_or_not_before_and_after_the_generic_plan(
 @pytest.fixture
 def generic_only() -> None:
     """Generic plans only, for the test's transaction (SET LOCAL)."""
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
 
 
@@ -135,9 +139,9 @@ def explain_generic(name: str, params: dict[str, Any]) -> str:
             names.append(param)
             sql = sql.replace(f"%({param})s", f"${len(names)}")
     assert "%(" not in sql, sql
-    raw = connection.connection
+    raw = queue_connection.connection
     values = ClientCursor(raw).mogrify(", ".join(["%s"] * len(names)), [params[n] for n in names])
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute(f"PREPARE generic_check AS {sql}")
         try:
             cursor.execute(f"EXPLAIN (VERBOSE, FORMAT JSON) EXECUTE generic_check({values})")
@@ -147,7 +151,7 @@ def explain_generic(name: str, params: dict[str, Any]) -> str:
 
 
 def test_the_generic_plans_use_indexes_on_a_big_table(big_table: None, generic_only: None) -> None:
-    rows = db.claim("default", worker_id="w", lease_seconds=30, limit=8)
+    rows = db.claim(db.database_alias(), worker_id="w", lease_seconds=30, limit=8)
     ids, tokens = [job.id for job in rows], [job.lease_token for job in rows]
     heartbeat = {"ids": ids, "tokens": tokens, "lease_seconds": 30.0}
     keyed = {

@@ -32,8 +32,8 @@ def make(status: str, age: timedelta, **fields: Any) -> Job:
 
 def maintenance(on_heartbeat: Callable[[], None] | None = None) -> Maintenance:
     return Maintenance(
-        "default", "tests-worker", 30.0, dict, lambda lost: None, RetryPolicy(1.0, 60.0, 0.0), 20,
-        on_heartbeat=on_heartbeat,
+        db.database_alias(), "tests-worker", 30.0, dict, lambda lost: None,
+        RetryPolicy(1.0, 60.0, 0.0), 20, on_heartbeat=on_heartbeat,
     )  # fmt: skip
 
 

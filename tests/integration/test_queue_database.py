@@ -105,6 +105,9 @@ def test_the_test_databases_were_migrated_through_the_router() -> None:
 
     assert "durable_jobs_job" in tables(QUEUE)
     assert tables("default") == set()
+    with connections[QUEUE].cursor() as cursor:  # and no other app's (OnlyTheQueueThere)
+        others = set(connections[QUEUE].introspection.table_names(cursor)) - tables(QUEUE)
+    assert others == {"django_migrations"}
 
 
 # -- every door on the queue's database -------------------------------------

@@ -23,6 +23,7 @@ from tests.factories import (
     claim_directly,
     most_running_at_once,
     most_starts_in_a_window,
+    queue_connection,
     wait_until,
     worker_config,
 )
@@ -119,7 +120,7 @@ def test_racing_claims_of_a_limited_queue_never_start_more_than_its_limit() -> N
 
     def claim(i: int) -> int:
         got = db.claim_limited(
-            "default",
+            db.database_alias(),
             worker_id=f"racer-{i}",
             lease_seconds=30,
             queue="narrow",
@@ -140,7 +141,7 @@ def test_racing_claims_never_exceed_a_rate_limit() -> None:
     def claim(i: int) -> int:
         return len(
             db.claim_limited(
-                "default",
+                db.database_alias(),
                 worker_id=f"racer-{uuid.uuid4().hex[:4]}",
                 lease_seconds=30,
                 queue="throttled",
@@ -167,9 +168,7 @@ def test_a_burst_worker_waits_for_a_rate_limit_instead_of_exiting_with_jobs_left
 
 def window_entries(queue: str) -> tuple[int, int]:
     """The rate window's (entries, starts counted) in the queue's throttle row."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
+    with queue_connection.cursor() as cursor:
         cursor.execute(
             "SELECT cardinality(starts), (SELECT COALESCE(sum(n), 0) FROM unnest(counts) AS n)"
             " FROM durable_jobs_throttle WHERE queue = %s",
@@ -186,7 +185,7 @@ def test_claims_close_together_share_one_window_entry_and_the_limit_still_holds(
     def claim_one() -> int:
         return len(
             db.claim_limited(
-                "default",
+                db.database_alias(),
                 worker_id="one-at-a-time",
                 lease_seconds=30,
                 queue="throttled",
@@ -209,7 +208,12 @@ def test_claims_further_apart_than_the_merge_interval_keep_entries_of_their_own(
     for _ in range(4):
         got += len(
             db.claim_limited(
-                "default", worker_id="w", lease_seconds=30, queue="throttled", limits=fast, want=1
+                db.database_alias(),
+                worker_id="w",
+                lease_seconds=30,
+                queue="throttled",
+                limits=fast,
+                want=1,
             ).jobs
         )
         time.sleep(0.01)

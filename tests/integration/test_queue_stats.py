@@ -114,7 +114,7 @@ def test_two_writers_racing_on_the_same_rows_add_up() -> None:
         # Each writer in its own order: the statement sorts, so no deadlock.
         mine = rows if index % 2 else list(reversed(rows))
         for _ in range(25):
-            db.add_queue_stats("default", mine)
+            db.add_queue_stats(db.database_alias(), mine)
 
     run_in_threads(4, write)
     assert QueueMinuteStats.objects.count() == len(rows)
@@ -144,11 +144,11 @@ def test_counts_survive_a_failed_write() -> None:
         cursor.execute("ALTER TABLE durable_jobs_queue_stats RENAME TO durable_jobs_queue_stats_x")
     try:
         with pytest.raises(Exception, match="durable_jobs_queue_stats"):
-            counts.flush("default")
+            counts.flush(db.database_alias())
     finally:
         with queue_connection.cursor() as cursor:
             cursor.execute(
                 "ALTER TABLE durable_jobs_queue_stats_x RENAME TO durable_jobs_queue_stats"
             )
-    assert counts.flush("default") == 1
+    assert counts.flush(db.database_alias()) == 1
     assert totals() == {"q": (2, 1, 0)}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from django_durable_jobs import operations
+from django_durable_jobs import db, operations
 from django_durable_jobs.models import AuditEntry, EventWaiter, Job, JobStatus, JobStep
 from tests.factories import add_step as add
 from tests.factories import make_job
@@ -69,7 +69,7 @@ def test_it_rolls_back_with_the_callers_transaction() -> None:
     class Boom(Exception):
         pass
 
-    with pytest.raises(Boom), transaction.atomic():
+    with pytest.raises(Boom), transaction.atomic(using=db.database_alias()):
         operations.requeue(job.pk, from_step="a")
         raise Boom
     assert Job.objects.get(pk=job.pk).status == JobStatus.DEAD and names(job) == ["a"]

@@ -8,15 +8,23 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.db import connections
 from django.test import override_settings
 
 from django_durable_jobs import db, enqueue
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.signals import job_dead, job_finished, job_started
-from tests.factories import burst, expire, reaper
+from tests.factories import (
+    RunningWorker,
+    burst,
+    expire,
+    reaper,
+    wait_until,
+    worker_config,
+)
 from tests.testapp.jobs import record
 
-from .helpers import drain_until_settled
+from .helpers import drain_until_settled, new_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -126,7 +134,7 @@ def test_a_receiver_that_raises_is_logged_and_changes_nothing(
 
 def test_a_job_the_reaper_ends_dead_is_heard_too(heard: Heard) -> None:
     job = enqueue("tests.record", max_attempts=1).job
-    (claimed,) = db.claim("default", worker_id="gone", lease_seconds=30, limit=1)
+    (claimed,) = db.claim(db.database_alias(), worker_id="gone", lease_seconds=30, limit=1)
     expire(claimed.id)
     assert reaper().reap() == 1
     assert heard.finished == [("tests.record", job.pk, "dead", JobStatus.DEAD)]
@@ -140,3 +148,45 @@ def test_nothing_is_sent_for_a_suspension(heard: Heard) -> None:
     assert Job.objects.get(pk=job.pk).status == JobStatus.PENDING  # asleep
     assert heard.started == [("tests.steps.nap", job.pk, 1)]
     assert heard.finished == [] and heard.dead == []
+
+
+def test_a_receiver_writing_to_the_projects_database_recovers_after_it_dropped_a_connection() -> (
+    None
+):
+    """A ``job_finished`` receiver runs on the worker's completer thread, on that
+    thread's connection to the project's database ("default").
+
+    With the queue on "default" it is the completer's own, which closes it
+    after an error and reconnects. With the queue on its own database it was
+    nobody's: once the server dropped it, every receiver failed (``connection
+    already closed``) until the worker restarted. Now it is dropped and
+    reopened as Django does before a request, whichever database the queue is on.
+    """
+    backends: list[int | BaseException] = []
+
+    def receiver(job_id: Any, **kwargs: Any) -> None:
+        try:
+            with connections["default"].cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                backends.append(cursor.fetchone()[0])
+        except Exception as exc:
+            backends.append(exc)
+
+    job_finished.connect(receiver, weak=False)
+    running = RunningWorker(worker_config(burst=False, poll_interval=0.1))
+    try:
+        enqueue("tests.record")
+        wait_until(lambda: len(backends) == 1, what="the first receiver")
+        (first,) = backends
+        assert isinstance(first, int), first
+        with new_connection() as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", [first])
+        # The next receiver may find the connection gone; the one after it, at the latest,
+        # runs on a new one.
+        for seen in (2, 3):
+            enqueue("tests.record")
+            wait_until(lambda seen=seen: len(backends) == seen, what=f"receiver {seen}")
+        assert isinstance(backends[-1], int) and backends[-1] != first, backends
+    finally:
+        running.stop()
+        job_finished.disconnect(receiver)

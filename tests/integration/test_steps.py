@@ -19,6 +19,7 @@ from django_durable_jobs.models import (
     JobStatus,
     JobStep,
 )
+from tests import queue_database
 from tests.factories import burst as burst_worker
 from tests.factories import run_worker_until
 from tests.testapp.models import Execution, StepCall
@@ -149,6 +150,9 @@ def test_a_step_failing_every_try_fails_the_attempt_and_records_why() -> None:
 # -- atomic steps -----------------------------------------------------------------
 
 
+@queue_database.not_in_this_mode(
+    "an atomic step covers the queue's database only; its StepCall row is on 'default'"
+)
 def test_an_atomic_steps_rows_and_record_commit_together(fast_backoff: None) -> None:
     job = enqueue("tests.steps.atomic", {"fail_in_step": True}).job
     burst()
@@ -160,6 +164,9 @@ def test_an_atomic_steps_rows_and_record_commit_together(fast_backoff: None) -> 
     assert steps(job)["write"].status == "completed"
 
 
+@queue_database.not_in_this_mode(
+    "an atomic step covers the queue's database only; its StepCall row is on 'default'"
+)
 def test_a_fence_failure_rolls_an_atomic_steps_rows_back() -> None:
     job = enqueue("tests.steps.atomic", {"take_over": True}).job
     burst()
@@ -319,7 +326,7 @@ def test_an_emit_rolled_back_wakes_nothing() -> None:
     job = enqueue("tests.steps.wait", {"key": "signup:4"}).job
     burst()
     assert fresh(job).status == JobStatus.WAITING
-    with pytest.raises(RuntimeError), transaction.atomic():
+    with pytest.raises(RuntimeError), transaction.atomic(using=db.database_alias()):
         emit_event("signup:4", "x")
         raise RuntimeError("roll it back")
     assert fresh(job).status == JobStatus.WAITING
@@ -411,7 +418,9 @@ def test_pruning_a_job_deletes_its_steps_and_waiters() -> None:
     Job.objects.filter(pk=job.pk).update(
         status=JobStatus.COMPLETED, completed_at=timezone.now() - timedelta(days=9)
     )
-    result = prune_batch("default", ["completed"], timedelta(days=7), limit=10, lock_key=None)
+    result = prune_batch(
+        db.database_alias(), ["completed"], timedelta(days=7), limit=10, lock_key=None
+    )
     assert result.deleted == 1
     assert not Job.objects.filter(pk=job.pk).exists()
     assert not JobStep.objects.filter(job_id=job.pk).exists()

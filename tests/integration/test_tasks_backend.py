@@ -19,7 +19,7 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_durable_jobs import IdempotencyConflict, InvalidJob, enqueue
+from django_durable_jobs import IdempotencyConflict, InvalidJob, db, enqueue
 from django_durable_jobs.constants import QUEUE_MAX_LENGTH
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.tasks import task_options
@@ -38,7 +38,7 @@ from django_durable_jobs.tasks.compat import (
 from django_durable_jobs.worker import Worker
 from django_durable_jobs.worker.event_loop import THREAD_NAME
 from tests.factories import burst as burst_worker
-from tests.factories import handler_threads, join_handler_threads
+from tests.factories import handler_threads, join_handler_threads, queue_connection
 from tests.testapp import tasks
 from tests.testapp.models import Execution
 
@@ -181,10 +181,10 @@ def test_cancelling_a_task_sends_task_finished_after_the_commit() -> None:
     rolled_back = tasks.add.enqueue(2, 2)
     plain = enqueue("tests.record").job
     with Signals() as signals:
-        with transaction.atomic():
+        with transaction.atomic(using=db.database_alias()):
             cancel(uuid.UUID(first.id))
             assert signals.seen == []  # not before the commit
-        with pytest.raises(RuntimeError), transaction.atomic():
+        with pytest.raises(RuntimeError), transaction.atomic(using=db.database_alias()):
             cancel(uuid.UUID(rolled_back.id))
             raise RuntimeError("rolled back")
         assert signals.names(first.id) == [("finished", TaskResultStatus.FAILED, 0)]
@@ -213,8 +213,8 @@ def test_the_finished_listener_picks_the_tasks_among_any_jobs(
     shaped = enqueue("tests.record", {"args": [], "kwargs": {}, "backend": "default"}).job
     Job.objects.filter(pk__in=[plain.pk, shaped.pk]).update(status=JobStatus.DEAD)
     others = [uuid.UUID(pending.id), plain.pk, shaped.pk, uuid.uuid4()]
-    with Signals() as signals, django_assert_num_queries(1):
-        hooks.jobs_finished([*ids, *others], "default")
+    with Signals() as signals, django_assert_num_queries(1, connection=queue_connection):
+        hooks.jobs_finished([*ids, *others], db.database_alias())
     assert [(i, status) for _, i, status, _ in signals.seen] == [
         (str(ids[0]), TaskResultStatus.FAILED)
     ]
@@ -229,7 +229,7 @@ def test_the_finished_listener_leaves_a_type_a_job_handler_declares() -> None:
     ids = dead(tasks.add.enqueue(1, 1))
     job("tests.testapp.tasks.add")(lambda ctx: None)
     with Signals() as signals:
-        hooks.jobs_finished(ids, "default")
+        hooks.jobs_finished(ids, db.database_alias())
     assert signals.seen == []
 
 
@@ -240,8 +240,11 @@ def test_the_finished_listener_reads_nothing_without_a_durable_backend(
 
     ids = dead(tasks.add.enqueue(1, 1))
     immediate = {"default": {"BACKEND": f"{TASKS_MODULE}.backends.immediate.ImmediateBackend"}}
-    with override_settings(TASKS=immediate), django_assert_num_queries(0):
-        hooks.jobs_finished(ids, "default")
+    with (
+        override_settings(TASKS=immediate),
+        django_assert_num_queries(0, connection=queue_connection),
+    ):
+        hooks.jobs_finished(ids, db.database_alias())
 
 
 def test_a_task_the_reaper_kills_sends_task_finished() -> None:
@@ -254,7 +257,9 @@ def test_a_task_the_reaper_kills_sends_task_finished() -> None:
         lease_holder="gone", lease_token=uuid.uuid4(),
         lease_expires_at=timezone.now() - timedelta(seconds=1),
     )  # fmt: skip
-    reaper = Maintenance("default", "reaper", 30.0, dict, lambda lost: None, (0.01, 0.05, 0), 20)
+    reaper = Maintenance(
+        db.database_alias(), "reaper", 30.0, dict, lambda lost: None, (0.01, 0.05, 0), 20
+    )
     with Signals() as signals:
         assert reaper.reap() == 1
     assert signals.names(result.id) == [("finished", TaskResultStatus.FAILED, 1)]
@@ -398,10 +403,10 @@ def test_get_result_of_an_unknown_id_raises() -> None:
 
 def test_enqueue_joins_the_callers_transaction_and_signals_after_commit() -> None:
     with Signals() as signals:
-        with pytest.raises(RuntimeError), transaction.atomic():
+        with pytest.raises(RuntimeError), transaction.atomic(using=db.database_alias()):
             rolled_back = tasks.add.enqueue(1, 1)
             raise RuntimeError("rollback")
-        with transaction.atomic():
+        with transaction.atomic(using=db.database_alias()):
             kept = tasks.add.enqueue(2, 2)
             assert signals.names(kept.id) == []  # not before the commit
         assert signals.names(kept.id) == [("enqueued", TaskResultStatus.READY, 0)]

@@ -132,9 +132,12 @@ def test_the_keyed_claim_takes_one_task_per_key_at_a_limit_of_one() -> None:
             with task_options(concurrency_key=key):
                 tasks.nap.enqueue(0)
         key_limits = hooks.concurrency_limits()
-    assert db.claim("default", worker_id="w", lease_seconds=30, limit=10, keyed_types=[NAP]) == []
+    assert (
+        db.claim(db.database_alias(), worker_id="w", lease_seconds=30, limit=10, keyed_types=[NAP])
+        == []
+    )
     claimed = db.claim_keyed(
-        "default", worker_id="w", lease_seconds=30, limit=10, key_limits=key_limits
+        db.database_alias(), worker_id="w", lease_seconds=30, limit=10, key_limits=key_limits
     )
     assert sorted(Job.objects.get(pk=job.id).concurrency_key for job in claimed) == ["a", "b"]
 

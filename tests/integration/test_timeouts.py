@@ -11,7 +11,7 @@ import pytest
 from django.db.models.functions import Now
 from django.test import override_settings
 
-from django_durable_jobs import IdempotencyConflict, InvalidJob, enqueue, enqueue_many
+from django_durable_jobs import IdempotencyConflict, InvalidJob, db, enqueue, enqueue_many
 from django_durable_jobs.db.records import ClaimedJob
 from django_durable_jobs.models import Job, JobStatus
 from django_durable_jobs.worker import WorkerConfig
@@ -323,7 +323,7 @@ def test_heartbeats_stop_extending_a_lease_past_the_deadline() -> None:
     clock[0] += 1.5  # b is past its deadline, a is not
     lost: list[set[uuid.UUID]] = []
     maintenance = Maintenance(
-        "default",
+        db.database_alias(),
         "w-fence",
         30.0,
         attempts.leases_to_extend,

@@ -71,7 +71,7 @@ def count_naps(monkeypatch: pytest.MonkeyPatch, fresh_wait_listeners: None) -> N
 
 
 def listener() -> listening.WaitListener:
-    return listening.listener_for("default")
+    return listening.listener_for(db.database_alias())
 
 
 def wait_in_thread(job_id: uuid.UUID, **kwargs: Any) -> tuple[threading.Thread, dict[str, Any]]:
@@ -243,9 +243,9 @@ def test_fifty_waiters_share_one_listen_connection() -> None:
             ["LISTEN %_finished%"],
         ).fetchall()
     assert row[0] == 1
-    claimed = db.claim("default", worker_id="w", lease_seconds=30.0, limit=50)
+    claimed = db.claim(db.database_alias(), worker_id="w", lease_seconds=30.0, limit=50)
     db.record_outcomes(
-        "default",
+        db.database_alias(),
         [Outcome(c.id, c.lease_token, Transition.COMPLETE) for c in claimed],
         history_limit=20,
     )
@@ -311,9 +311,9 @@ def test_await_job_is_woken_by_the_notify_without_a_thread_per_waiter() -> None:
             await sync_to_async(connections.close_all)()
 
     def complete_all() -> None:
-        claimed = db.claim("default", worker_id="w", lease_seconds=30.0, limit=20)
+        claimed = db.claim(db.database_alias(), worker_id="w", lease_seconds=30.0, limit=20)
         db.record_outcomes(
-            "default",
+            db.database_alias(),
             [Outcome(c.id, c.lease_token, Transition.COMPLETE) for c in claimed],
             history_limit=20,
         )
@@ -329,7 +329,7 @@ def test_await_job_is_woken_by_the_notify_without_a_thread_per_waiter() -> None:
 def test_a_waiter_of_a_child_hears_that_its_dead_parent_cancelled_it() -> None:
     parent = enqueue("tests.record").job
     child = enqueue("tests.record", depends_on=[parent]).job
-    (claimed,) = db.claim("default", worker_id="w", lease_seconds=30.0, limit=1)
+    (claimed,) = db.claim(db.database_alias(), worker_id="w", lease_seconds=30.0, limit=1)
     thread, outcome = wait_in_thread(child.pk, timeout=NEVER)
     until_waiting()
     finish(dead_outcome(claimed))

@@ -369,7 +369,7 @@ def test_heartbeats_extend_held_leases_and_report_lost_ones() -> None:
     lost: list[set[uuid.UUID]] = []
     held = {kept_id: kept_token, stolen_id: stolen_token}
     maintenance = Maintenance(
-        "default", "w", 120.0, lambda: held, lost.append, RetryPolicy(1, 1, 0), 20
+        gateway.database_alias(), "w", 120.0, lambda: held, lost.append, RetryPolicy(1, 1, 0), 20
     )
     before = Job.objects.get(pk=kept_id).lease_expires_at
     maintenance.heartbeat()
@@ -392,7 +392,13 @@ def test_a_worker_s_reaper_extends_its_own_expired_leases_instead_of_reaping_the
     expire(orphan_claim.id)
     held = {mine_claim.id: mine_claim.lease_token}
     maintenance = Maintenance(
-        "default", "me", 30.0, lambda: held, lambda lost: None, RetryPolicy(0.01, 0.05, 0.1), 20
+        gateway.database_alias(),
+        "me",
+        30.0,
+        lambda: held,
+        lambda lost: None,
+        RetryPolicy(0.01, 0.05, 0.1),
+        20,
     )
     assert maintenance.reap() == 1  # the dead worker's job only
     kept = Job.objects.get(pk=mine_claim.id)
@@ -651,7 +657,7 @@ def test_a_row_the_database_refuses_after_an_outage_does_not_leave_claims_paused
 
     monkeypatch.setattr(gateway, "record_outcomes", record_outcomes)
     monkeypatch.setattr(completer_module, "RETRY_BASE_SECONDS", 0.01)
-    writer = completer_module.Completer("default", 10, lambda batch, written: None)
+    writer = completer_module.Completer(gateway.database_alias(), 10, lambda batch, written: None)
     outcome = Outcome(uuid.uuid4(), uuid.uuid4(), Transition.COMPLETE)
     assert writer._write([outcome]) == set()
     assert answers == [] and not writer.failing

@@ -9,14 +9,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from django.db import connections
-
 from django_durable_jobs import (
     ChildJobFailed,
     EventTimeout,
     JobContext,
     LeaseLost,
     StepRetry,
+    db,
     job,
 )
 
@@ -196,7 +195,8 @@ def parent(ctx: JobContext) -> dict[str, Any]:
 def in_transaction(ctx: JobContext) -> None:
     from django.db import transaction
 
-    with transaction.atomic(using=connections["default"].alias):
+    # On the jobs' database: the suspension's own transaction.
+    with transaction.atomic(using=db.database_alias()):
         ctx.sleep("nap", 60)
 
 
