@@ -35,6 +35,10 @@ def test_chains_of_5_on_four_workers_run_once_in_order(workers: Workers) -> None
         300,
         "every job of every chain to complete",
     )
+    # A worker still starting up (before its signal handlers, which it
+    # installs before it logs this) would die of the SIGTERM (exit -15): on a
+    # loaded machine, three workers can run every chain before the fourth is up.
+    wait_for(lambda: workers.output().count("Worker starting") >= 4, 60, "every worker to start")
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
     for proc in procs:

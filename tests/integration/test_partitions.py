@@ -79,7 +79,7 @@ def names() -> list[str]:
 
 def ranges(days: int = 3) -> list[str]:
     """Create the range partitions of the next ``days`` days; their names."""
-    created = partitions.ensure_ranges("default", interval=DAY, ahead=days)
+    created = partitions.ensure_ranges(db.database_alias(), interval=DAY, ahead=days)
     assert created is not None
     return created
 
@@ -132,7 +132,7 @@ def test_a_completion_written_by_the_worker_moves_the_row() -> None:
     claimed = claim_directly()
     assert where(claimed.id) == partitions.ACTIVE
     db.record_outcomes(
-        "default",
+        db.database_alias(),
         [Outcome(claimed.id, claimed.lease_token, Transition.COMPLETE, json.dumps(1))],
         history_limit=20,
     )
@@ -150,18 +150,20 @@ def test_ranges_are_created_ahead_once_and_by_one_worker_at_a_time() -> None:
     try:
         holder.execute("SELECT pg_advisory_xact_lock(%s)", [PARTITIONS_LOCK_KEY])
         skipped = partitions.ensure_ranges(
-            "default", interval=DAY, ahead=6, lock_key=PARTITIONS_LOCK_KEY
+            db.database_alias(), interval=DAY, ahead=6, lock_key=PARTITIONS_LOCK_KEY
         )
         assert skipped is None
     finally:
         holder.rollback()
         holder.close()
-    assert partitions.ensure_ranges("default", interval=DAY, ahead=6, lock_key=PARTITIONS_LOCK_KEY)
+    assert partitions.ensure_ranges(
+        db.database_alias(), interval=DAY, ahead=6, lock_key=PARTITIONS_LOCK_KEY
+    )
 
 
 def test_hour_ranges_follow_day_ranges_without_overlap() -> None:
     ranges(1)
-    created = partitions.ensure_ranges("default", interval=timedelta(hours=1), ahead=60)
+    created = partitions.ensure_ranges(db.database_alias(), interval=timedelta(hours=1), ahead=60)
     assert created
     with queue_connection.cursor() as cursor:
         found = [
@@ -268,7 +270,7 @@ def test_a_lease_extension_that_waits_on_a_finishing_job_runs_again() -> None:
 
         def extend() -> None:
             try:
-                extended.append(db.extend_leases("default", held, lease_seconds=60.0))
+                extended.append(db.extend_leases(db.database_alias(), held, lease_seconds=60.0))
             finally:
                 connections.close_all()
 
