@@ -12,8 +12,9 @@ workers' maintenance makes them (``HISTORY_PARTITION = "1d"``). ``--rows``
 completed jobs (one in 500 cancelled, one in ``--keyed-every`` with an
 idempotency key, in ``durable_jobs_idempotency`` too) are filled by SQL,
 spread evenly over those days, then VACUUM ANALYZE. Then what the workers'
-retention runs (``pruning.drop_expired``: ``partitions.drop`` for each range
-that ended before now), timed per partition: the time it takes, the rows
+retention runs (``pruning.drop_expired``: ``partitions.detach`` for each
+range that ended before now, then ``partitions.drop_detached``), each timed:
+the time it takes, the rows
 it dropped, and the dead tuples it left in the job table's partitions and
 in the key table (``pg_stat_user_tables``, flushed).
 
@@ -152,16 +153,23 @@ def prune(args: argparse.Namespace) -> None:
     dropped = 0
     for partition in expired:
         one = time.monotonic()
-        dropped += partitions.drop("default", partition) or 0
-        print(f"  {partition.name}: {(time.monotonic() - one) * 1000:.0f} ms")
+        dropped += partitions.detach("default", partition) or 0
+        print(f"  detach {partition.name}: {(time.monotonic() - one) * 1000:.0f} ms")
     took = time.monotonic() - started
     result = (dropped, len(expired))
+    started = time.monotonic()
+    files = partitions.drop_detached("default")
+    print(
+        f"then DROP of the {len(files)} detached tables (their files; no lock of the job"
+        f" table): {(time.monotonic() - started) * 1000:.0f} ms"
+    )
     ((left,),) = sql("SELECT count(*) FROM durable_jobs_job")
     ((keys_left,),) = sql("SELECT count(*) FROM durable_jobs_idempotency")
     after = dead_tuples()
     print(
-        f"drop_expired: {took * 1000:.0f} ms, {result[1] if result else 0} partitions,"
-        f" about {result[0] if result else 0:,} jobs; {left:,} jobs and {keys_left:,} keys left"
+        f"detach (the jobs gone from the table): {took * 1000:.0f} ms,"
+        f" {result[1]} partitions, about {result[0]:,} jobs;"
+        f" {left:,} jobs and {keys_left:,} keys left"
     )
     print(
         "dead tuples after (job partitions):",

@@ -114,17 +114,20 @@ def drop_expired(
 
     Returns ``(jobs, partitions)``: the jobs as PostgreSQL's estimate of
     each partition's rows (a count would read them all); None when another
-    pruner holds ``lock_key``. Each partition goes in a transaction of its
-    own (``partitions.drop``).
+    pruner holds ``lock_key``. Each partition is detached in a transaction
+    of its own (``partitions.detach``), then its table dropped.
     """
     alias = db.database_alias(using)
     expired = partitions.expired_before(alias, older_than)
     jobs = 0
     for partition in expired:
-        dropped = partitions.drop(alias, partition, lock_key=lock_key)
-        if dropped is None:
+        detached = partitions.detach(alias, partition, lock_key=lock_key)
+        if detached is None:
             return None
-        jobs += dropped
+        jobs += detached
+    # The files, once the jobs are out of the table (and what an earlier
+    # round detached and could not drop).
+    partitions.drop_detached(alias)
     return jobs, len(expired)
 
 

@@ -260,18 +260,21 @@ def expired_before(using: str, older_than: timedelta) -> list[Partition]:
         return expired(partitions(cursor), now - older_than)
 
 
-def drop(using: str, partition: Partition, *, lock_key: int | None = None) -> int | None:
-    """Drop a history partition whole, with what references its jobs; the rows it held.
+def detach(using: str, partition: Partition, *, lock_key: int | None = None) -> int | None:
+    """Take a history partition out of the job table, with what references its jobs.
 
     In one transaction: the idempotency keys of its keyed jobs (they are
     held while their job exists), their dependency edges and step records
     (tables without foreign keys to the partitioned job table), then the
-    DETACH and the DROP. The deletes cost in proportion to the jobs that
-    used keys, dependencies or steps, and the planner starts from the
-    smaller side; the partition's own rows are never deleted one by one.
-    The past partition is emptied by TRUNCATE instead, and kept. Returns
-    PostgreSQL's estimate of its rows; None, and nothing done, when
-    another pruner holds ``lock_key`` (a transaction-level advisory lock).
+    DETACH: from its commit on, its jobs are gone from the queue. The
+    deletes cost in proportion to the jobs that used keys, dependencies or
+    steps; the partition's own rows are never deleted one by one. Its
+    files are removed by ``drop_detached``, outside this transaction: a
+    DROP's unlink of a large table (about 135 ms a million jobs here) then
+    holds no lock of the job table. The past partition is emptied by
+    TRUNCATE instead, and kept. Returns PostgreSQL's estimate of its rows;
+    None, and nothing done, when another pruner holds ``lock_key`` (a
+    transaction-level advisory lock).
     """
     table = sql.Identifier(partition.name)
     connection = connections[using]
@@ -308,8 +311,7 @@ def drop(using: str, partition: Partition, *, lock_key: int | None = None) -> in
             ),
             (
                 linked,
-                "DELETE FROM durable_jobs_dependency AS e"
-                " WHERE e.child_id IN (SELECT id FROM {t})",
+                "DELETE FROM durable_jobs_dependency AS e WHERE e.child_id IN (SELECT id FROM {t})",
             ),
             (
                 linked,
@@ -328,8 +330,34 @@ def drop(using: str, partition: Partition, *, lock_key: int | None = None) -> in
                     sql.Identifier(JOB_TABLE), table
                 )
             )
-            cursor.execute(sql.SQL("DROP TABLE {}").format(table))
     return max(int(estimate), 0)
+
+
+def drop_detached(using: str) -> list[str]:
+    """DROP the range tables that are no longer partitions of the job table; their names.
+
+    What ``detach`` left, and what a worker that died between a detach and
+    its drop left: a table named as a range that is not attached. Each in
+    a transaction of its own; a DROP locks that table only.
+    """
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT c.relname FROM pg_class AS c
+            WHERE c.relname LIKE %s AND c.relkind = 'r'
+                AND c.relnamespace = current_schema()::regnamespace
+                AND NOT EXISTS (SELECT FROM pg_inherits AS i WHERE i.inhrelid = c.oid)
+            ORDER BY c.relname
+            """,
+            [RANGE_PREFIX.replace("_", "\\_") + "%"],
+        )
+        names = [row[0] for row in cursor.fetchall() if _RANGE_NAME.match(row[0])]
+    for name in names:
+        with transaction.atomic(using=using), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+            cursor.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
+    return names
 
 
 def analyze(using: str) -> None:
