@@ -417,7 +417,7 @@ def convert(cursor: Any, *, interval: timedelta, statistics: str, skip: set[str]
     # before it (a transaction that committed while this one waited for the
     # lock included) is older.
     cursor.execute("SELECT clock_timestamp()")
-    (cutover,) = cursor.fetchone()
+    cutover: datetime = cursor.fetchone()[0]
     indexes = _indexes(cursor, JOB_TABLE)
     cursor.execute(f"ALTER TABLE {JOB_TABLE} RENAME TO {PAST}")
     for name, _definition, constraint in indexes:

@@ -11,7 +11,7 @@ import pytest
 from django.db.models import Min
 
 from django_durable_jobs import chain
-from django_durable_jobs.models import Job, JobStatus
+from django_durable_jobs.models import Job, JobStatus, WorkerProcess
 from tests.testapp.models import Execution
 
 from .helpers import Workers, size, wait_for
@@ -36,9 +36,10 @@ def test_chains_of_5_on_four_workers_run_once_in_order(workers: Workers) -> None
         "every job of every chain to complete",
     )
     # A worker still starting up (before its signal handlers, which it
-    # installs before it logs this) would die of the SIGTERM (exit -15): on a
-    # loaded machine, three workers can run every chain before the fourth is up.
-    wait_for(lambda: workers.output().count("Worker starting") >= 4, 60, "every worker to start")
+    # installs before its first heartbeat registers it) would die of the
+    # SIGTERM (exit -15): on a loaded machine, three workers can run every
+    # chain before the fourth is up.
+    wait_for(lambda: WorkerProcess.objects.count() >= 4, 60, "every worker to register")
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
     for proc in procs:

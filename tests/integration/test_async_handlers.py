@@ -198,6 +198,12 @@ def test_an_async_handler_past_its_time_limit_is_cancelled_and_retried() -> None
     try:
         wait_until(finished(job.pk), what="the job to go dead")
         wait_until(lambda: not running.worker.attempts, what="the cancelled tasks to end")
+        # The handler's own record of each CancelledError goes through
+        # sync_to_async (a thread, a connection): under load the third one can
+        # still be on its way when the attempt has ended; a stop would cancel it.
+        wait_until(
+            lambda: saw_cancelled_error(job.pk) == 3, what="the third CancelledError's record"
+        )
         assert running.worker.watchdog.timed_out == 3
         assert running.worker.watchdog.stuck() == []
     finally:
