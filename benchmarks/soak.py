@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -256,6 +257,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.settle is None:
         args.settle = 5.0 if args.minutes >= 10 else args.minutes / 2
+    # The migration creates the first ranges: of the soak's HISTORY_PARTITION too.
+    os.environ["BENCH_HISTORY_PARTITION"] = args.partition
     bench.ensure_database(args.database_url)
     bench.setup_django(args.database_url)
     print(f"== Soak: {args.rate:g} jobs/s for {args.minutes:g} min, {args.workers} worker(s) x "
