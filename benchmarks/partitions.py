@@ -191,7 +191,7 @@ def migration(args: argparse.Namespace) -> None:
         UPDATE durable_jobs_job
         SET status = (ARRAY['pending', 'running', 'dead'])[1 + (random() * 2)::int],
             completed_at = NULL
-        WHERE (payload->>'i')::bigint %% 1000 = 1
+        WHERE (payload->>'i')::bigint % 1000 = 1
         """
     )
     sql("VACUUM ANALYZE durable_jobs_job")
