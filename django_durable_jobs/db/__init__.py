@@ -165,6 +165,7 @@ __all__ = [
     "active_queues",
     "add_event_waiter",
     "add_queue_stats",
+    "again_if_moved",
     "await_child",
     "cancel_requests",
     "child_state",
@@ -261,8 +262,22 @@ def moved_by_a_concurrent_update(exc: BaseException) -> bool:
     )
 
 
+def again_if_moved(call: Callable[[], T]) -> T:
+    """``call()``, run again (up to ``MOVE_ATTEMPTS`` in all) when it failed because a
+    row it waited for was moved (see above). ``call`` must be repeatable: its own
+    transaction, or a savepoint (``retrying_moves`` makes one)."""
+    for attempt in range(1, MOVE_ATTEMPTS + 1):
+        try:
+            return call()
+        except (DatabaseError, psycopg.errors.SerializationFailure) as exc:
+            if attempt == MOVE_ATTEMPTS or not moved_by_a_concurrent_update(exc):
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def retrying_moves(using: str, call: Callable[[], T]) -> T:
-    """``call()``, run again when a row it waited for was moved (see above).
+    """``call()`` on Django's connection ``using``, run again when a row it waited for
+    was moved (see above).
 
     Inside a transaction, each attempt is a savepoint, so that a failed one
     leaves the caller's transaction usable; outside one, the statement is
@@ -270,16 +285,14 @@ def retrying_moves(using: str, call: Callable[[], T]) -> T:
     and reads the moved row where it is now.
     """
     connection = connections[using]
-    for attempt in range(1, MOVE_ATTEMPTS + 1):
-        try:
-            if connection.in_atomic_block:
-                with transaction.atomic(using=using):
-                    return call()
-            return call()
-        except DatabaseError as exc:
-            if attempt == MOVE_ATTEMPTS or not moved_by_a_concurrent_update(exc):
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    def attempt() -> T:
+        if connection.in_atomic_block:
+            with transaction.atomic(using=using):
+                return call()
+        return call()
+
+    return again_if_moved(attempt)
 
 
 def _run(using: str, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:

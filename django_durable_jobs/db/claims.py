@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import operator
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from json.encoder import encode_basestring as _json_str
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
-from django.db import DatabaseError, transaction
+from django.db import transaction
 
 from .. import db as gateway
 from ..conf import jobs_settings
@@ -199,31 +199,6 @@ class _DirectStatements:
 
 _job_id = operator.attrgetter("job_id")
 
-T = TypeVar("T")
-
-
-def _again_if_moved(call: Callable[[], T]) -> T:
-    """``call()`` (one statement, or a transaction of its own), again when PostgreSQL
-    failed it because a row it waited for was moved by a concurrent transaction.
-
-    The job a worker records was moved by another only when that one
-    finished it first (a reaper that found a cancel requested); a child that
-    ``release_dependents`` waited for, when an operator cancelled it. The
-    next attempt reads those rows where they are now (see
-    ``gateway.moved_by_a_concurrent_update``). Inside a caller's
-    transaction, ``statements.atomic()`` is the savepoint that makes the
-    attempt repeatable (the reaper's); a single statement outside one is its
-    own transaction.
-    """
-    for attempt in range(1, gateway.MOVE_ATTEMPTS + 1):
-        try:
-            return call()
-        except (DatabaseError, psycopg.errors.SerializationFailure) as exc:
-            if attempt == gateway.MOVE_ATTEMPTS or not gateway.moved_by_a_concurrent_update(exc):
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
 #: The statuses that end a job, which release its children.
 _ENDED = frozenset({"completed", "dead", "cancelled"})
 
@@ -266,7 +241,10 @@ def _record_outcomes(
     if any(outcome.dependent_count for outcome in outcomes):
         return _record_and_release(statements, outcomes, history_limit, cancelled_children)
     params = _outcomes_params(outcomes, history_limit)
-    rows = _again_if_moved(lambda: statements.run("record_outcomes", params))
+    # Again if a row moved under it: only when another finished the job first
+    # (a reaper that found a cancel requested). Outside a transaction: the
+    # statement is its own (the reaper's, inside one, holds its rows locked).
+    rows = gateway.again_if_moved(lambda: statements.run("record_outcomes", params))
     written = {row[0] for row in rows}
     if len(written) < len(outcomes):
         refused = [outcome for outcome in outcomes if outcome.job_id not in written]
@@ -307,7 +285,9 @@ def _record_and_release(
             ended = {job_id: status for job_id, status, count in rows if count and status in _ENDED}
             return rows, _release_levels(statements, ended)
 
-    rows, cancelled = _again_if_moved(record_and_release)
+    # Again if a child it waited for was moved (an operator cancelled it):
+    # statements.atomic() is the transaction, or the savepoint, to repeat.
+    rows, cancelled = gateway.again_if_moved(record_and_release)
     if cancelled_children is not None:
         cancelled_children |= cancelled
     return {row[0] for row in rows}

@@ -56,14 +56,18 @@ doomed AS (
     -- and the DELETE never waits on (or blocks) anyone else's row lock.
     SELECT id
     FROM durable_jobs_job
-    WHERE status = ANY(%(statuses)s::text[])
-        AND completed_at < now() - make_interval(secs => %(older_than_seconds)s::float8)
-        AND (SELECT acquired FROM pruner)
-    ORDER BY completed_at
+<<_prune_order>>
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
 <<_prune_doomed>>
+
+-- _prune_order --
+-- A fragment (see queries.py): the prune's candidates of a table, after its FROM: finished jobs of %(statuses)s older than %(older_than_seconds)s, when the CTE `pruner` acquired the lock, oldest first (then its LIMIT and FOR UPDATE SKIP LOCKED).
+    WHERE status = ANY(%(statuses)s::text[])
+        AND completed_at < now() - make_interval(secs => %(older_than_seconds)s::float8)
+        AND (SELECT acquired FROM pruner)
+    ORDER BY completed_at
 
 -- _prune_doomed --
 -- A fragment (see queries.py) that goes on with a WITH holding the CTEs `pruner(acquired)` and `doomed(id)`: delete the doomed jobs with their idempotency keys, dependency edges, step records and event waits, and return whether the lock was acquired and how many jobs were deleted.
@@ -110,20 +114,14 @@ doomed_past AS (
     -- Served by the past partition's durable_jobs_finished_idx_past.
     SELECT id
     FROM durable_jobs_job_past
-    WHERE status = ANY(%(statuses)s::text[])
-        AND completed_at < now() - make_interval(secs => %(older_than_seconds)s::float8)
-        AND (SELECT acquired FROM pruner)
-    ORDER BY completed_at
+<<_prune_order>>
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
 doomed_other AS (
     SELECT id
     FROM durable_jobs_job_other
-    WHERE status = ANY(%(statuses)s::text[])
-        AND completed_at < now() - make_interval(secs => %(older_than_seconds)s::float8)
-        AND (SELECT acquired FROM pruner)
-    ORDER BY completed_at
+<<_prune_order>>
     LIMIT %(limit)s - (SELECT count(*) FROM doomed_past)
     FOR UPDATE SKIP LOCKED
 ),
