@@ -22,6 +22,7 @@ from django_durable_jobs.constants import (
     PRIORITY_MIN,
     TYPE_MAX_LENGTH,
 )
+from django_durable_jobs.names import OWN_TYPE_PREFIX
 
 #: Text as PostgreSQL can store it: no NUL, no lone surrogates (not UTF-8).
 storable_characters = st.characters(codec="utf-8", exclude_characters="\x00")
@@ -33,9 +34,12 @@ def _name(max_length: int) -> st.SearchStrategy[str]:
     return st.text(storable_characters, min_size=1, max_size=max_length).filter(str.strip)
 
 
+#: Names a project may give its job types: the package's own prefix is refused (its types).
 type_names = st.text(storable_characters, min_size=1, max_size=TYPE_MAX_LENGTH).filter(
-    lambda s: s.strip() == s and s != ""
+    lambda s: s.strip() == s and s != "" and not s.startswith(OWN_TYPE_PREFIX)
 )
+#: The package's own names, which enqueue refuses from a project.
+own_type_names = st.sampled_from([OWN_TYPE_PREFIX, OWN_TYPE_PREFIX + "bulk_cancel"])
 queue_names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}", fullmatch=True)
 idempotency_keys = _name(IDEMPOTENCY_KEY_MAX_LENGTH)
 concurrency_keys = _name(CONCURRENCY_KEY_MAX_LENGTH)
@@ -138,7 +142,7 @@ def valid_arguments(draw: st.DrawFn) -> dict[str, Any]:
 @st.composite
 def any_arguments(draw: st.DrawFn) -> dict[str, Any]:
     """``enqueue()``'s keyword arguments, each valid, anything or absent (``type`` is given)."""
-    arguments: dict[str, Any] = {"type": draw(type_names | anything)}
+    arguments: dict[str, Any] = {"type": draw(type_names | own_type_names | anything)}
     for name, values in {**VALID, "depends_on": st.lists(st.uuids(), max_size=2)}.items():
         choice = draw(st.sampled_from(["absent", "valid", "anything"]))
         if choice == "valid":
