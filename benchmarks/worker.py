@@ -39,9 +39,9 @@ them: about as many statements each run), one worker at the defaults.
 
 Big table (``--finished-rows``): the same throughput run, one worker at the
 default concurrency, first on an empty table, then with each given number of
-finished jobs (``bench.finished``, filled by SQL, completed over the last
-day, one in fifty dead) left in the table between runs: a queue must not
-slow down as its history grows.
+finished jobs (``bench.finished``, filled by SQL, finished over the ten
+days before today in a history range a day, one in 500 cancelled) left in
+the table between runs: a queue must not slow down as its history grows.
 
 Latency: one worker at default settings, not in burst mode; the benchmark
 enqueues single jobs with ``enqueue()`` (autocommit) at ``--rate`` per second
@@ -72,6 +72,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -147,26 +148,50 @@ def sql(query: str, params: list[object] | None = None) -> list[tuple[object, ..
 FILLER_TYPE = "bench.finished"
 
 
+#: The days the finished jobs of ``--finished-rows`` are spread over, a history range each.
+FILLER_DAYS = 10
+
+
 def reset(keep_finished: bool = False) -> None:
     if keep_finished:
-        sql("DELETE FROM durable_jobs_job WHERE type <> %s", [FILLER_TYPE])
+        import history
+
+        # The run's own jobs are in the active partition and today's range; the
+        # filler's in the ranges of the days before (a DELETE would read them all).
+        history.truncate_all_but(history.ranges_before(today()))
     else:
         sql("TRUNCATE durable_jobs_job CASCADE")
 
 
+def today() -> datetime:
+    return datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
 def fill_finished(rows: int) -> None:
-    """Make the table hold ``rows`` finished jobs (completed and, one in fifty, dead).
+    """Make the table hold ``rows`` finished jobs (completed and, one in 500, cancelled).
 
     Written by SQL in chunks (10 M jobs through ``enqueue_many`` would take
-    far longer than the runs): the same columns a real finished job has,
-    created and completed over the last day, so that retention (7 days) never
-    prunes them during a run, and with a short result.
+    far longer than the runs): the same columns a real finished job has, with
+    time-ordered ids and a short result, finished in order over the
+    ``FILLER_DAYS`` days before today, each day in its history range
+    (``benchmarks/history.py``), as a queue that has run that long keeps
+    them; retention (7 days) finds none expired before the last day. The
+    runs' own jobs go to the active partition and today's range: the filler
+    is read by no claim, by design; what this measures is that nothing else
+    (the planning over the ranges, the statistics) makes it cost.
     """
     ((have,),) = sql("SELECT count(*) FROM durable_jobs_job WHERE type = %s", [FILLER_TYPE])
-    if have > rows:
-        sql("TRUNCATE durable_jobs_job CASCADE")
-        have = 0
+    if have == rows:
+        return
+    sql("TRUNCATE durable_jobs_job CASCADE")
+    if not rows:
+        return
+    import history
+
+    first = history.daily_ranges(FILLER_DAYS)
+    seconds = (today() - first).total_seconds()
     chunk = 500_000
+    have = 0
     while have < rows:
         count = min(chunk, rows - have)
         sql(
@@ -176,14 +201,16 @@ def fill_finished(rows: int) -> None:
                 available_at, created_at, updated_at, started_at, completed_at,
                 last_error, errors, result
             )
-            SELECT gen_random_uuid(), %s, 'default', jsonb_build_object('i', g),
-                CASE WHEN g %% 50 = 0 THEN 'dead' ELSE 'completed' END, 0, 1, 5,
+            SELECT (lpad(to_hex((extract(epoch FROM t) * 1000)::bigint), 12, '0')
+                    || substr(md5(g::text), 1, 20))::uuid,
+                %s, 'default', jsonb_build_object('i', g),
+                CASE WHEN g %% 500 = 0 THEN 'cancelled' ELSE 'completed' END, 0, 1, 5,
                 t, t, t + interval '1 ms', t, t + interval '1 ms',
                 '', '[]'::jsonb, '{"ok": true}'::jsonb
-            FROM generate_series(%s, %s) AS g,
-                LATERAL (SELECT now() - interval '1 day' * random() AS t) AS times
+            FROM generate_series(%s::bigint, %s::bigint) AS g,
+                LATERAL (SELECT %s::timestamptz + make_interval(secs => %s * g / %s) AS t) AS x
             """,
-            [FILLER_TYPE, have, have + count - 1],
+            [FILLER_TYPE, have, have + count - 1, first, seconds, rows],
         )
         have += count
         print(f"  {have:,} finished jobs in the table", flush=True)
