@@ -94,6 +94,7 @@ FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g,
              WHEN g %% 1000 < 23 THEN 'waiting' WHEN g %% 1000 < 25 THEN 'cancelled'
              ELSE 'completed' END AS s
     ) AS row
+WHERE NOT %(in_flight_only)s OR s NOT IN ('completed', 'cancelled')
 """
 
 
@@ -109,9 +110,16 @@ def fill(rows: int, refill: bool) -> None:
     started = time.monotonic()
     for first in range(1, rows + 1, CHUNK):
         last = min(rows, first + CHUNK - 1)
-        sql(FILL, {"type": TYPE, "first": first, "last": last, "rows": rows})
+        sql(FILL, {"type": TYPE, "first": first, "last": last, "rows": rows,
+                   "in_flight_only": False})  # fmt: skip
         print(f"  {last:,} jobs in the table ({time.monotonic() - started:.0f} s)", flush=True)
-    # A few running jobs and a tiny queue, besides.
+    running_and_tiny()
+    print(f"filled in {time.monotonic() - started:.0f} s; VACUUM ANALYZE", flush=True)
+    sql("VACUUM ANALYZE durable_jobs_job")
+
+
+def running_and_tiny() -> None:
+    """A few running jobs and a tiny queue, besides."""
     sql(
         """
         INSERT INTO durable_jobs_job (id, type, queue, payload, status, priority, attempts,
@@ -134,8 +142,20 @@ def fill(rows: int, refill: bool) -> None:
         """,
         [TYPE],
     )
-    print(f"filled in {time.monotonic() - started:.0f} s; VACUUM ANALYZE", flush=True)
-    sql("VACUUM ANALYZE durable_jobs_job")
+
+
+def in_flight_beside_history(rows: int) -> None:
+    """Over finished jobs already in the table (``worker.py --finished-rows``' 100M):
+    the jobs in flight and dead of ``rows`` rows of the fill's shape, without its
+    finished ones (2.5 % of them: pending, dead and waiting), and the rest."""
+    sql("DELETE FROM durable_jobs_job_active WHERE type = %s", [TYPE])
+    for first in range(1, rows + 1, CHUNK):
+        last = min(rows, first + CHUNK - 1)
+        sql(FILL, {"type": TYPE, "first": first, "last": last, "rows": rows,
+                   "in_flight_only": True})  # fmt: skip
+    running_and_tiny()
+    sql("VACUUM ANALYZE durable_jobs_job_active")
+    sql("ANALYZE durable_jobs_job")
 
 
 def fill_the_rest() -> None:
@@ -282,12 +302,24 @@ def main() -> None:
     parser.add_argument(
         "--refill", action="store_true", help="fill again even if the table is full"
     )
+    parser.add_argument(
+        "--in-flight-beside-history", type=lambda v: int(v.replace("_", "")), default=0,
+        metavar="ROWS",
+        help="no fill: add the jobs in flight and dead of ROWS rows of the fill's shape to the"
+        " finished jobs already in the database (worker.py --finished-rows)",
+    )  # fmt: skip
     args = parser.parse_args()
     ensure_database(args.database_url)
     setup_django(args.database_url)
-    fill(args.rows, args.refill)
+    if args.in_flight_beside_history:
+        in_flight_beside_history(args.in_flight_beside_history)
+    else:
+        fill(args.rows, args.refill)
     fill_the_rest()
-    ((size,),) = sql("SELECT pg_size_pretty(pg_total_relation_size('durable_jobs_job'))")
+    ((size,),) = sql(
+        "SELECT pg_size_pretty(sum(pg_total_relation_size(inhrelid)))"
+        " FROM pg_inherits WHERE inhparent = 'durable_jobs_job'::regclass"
+    )
     ((count,),) = sql("SELECT count(*) FROM durable_jobs_job")
     print(f"{count:,} jobs, {size} with indexes; {machine()}", flush=True)
     results = measure(args.repeat)

@@ -39,7 +39,7 @@ them: about as many statements each run), one worker at the defaults.
 
 Big table (``--finished-rows``): the same throughput run, one worker at the
 default concurrency, first on an empty table, then with each given number of
-finished jobs (``bench.finished``, filled by SQL, finished over the ten
+finished jobs (``bench.finished``, filled by SQL, finished over the five
 days before today in a history range a day, one in 500 cancelled) left in
 the table between runs: a queue must not slow down as its history grows.
 
@@ -148,8 +148,9 @@ def sql(query: str, params: list[object] | None = None) -> list[tuple[object, ..
 FILLER_TYPE = "bench.finished"
 
 
-#: The days the finished jobs of ``--finished-rows`` are spread over, a history range each.
-FILLER_DAYS = 10
+#: The days the finished jobs of ``--finished-rows`` are spread over, a history range
+#: each: within the default retention (7 days), which the workers apply during the runs.
+FILLER_DAYS = 5
 
 
 def reset(keep_finished: bool = False) -> None:
@@ -172,10 +173,12 @@ def fill_finished(rows: int) -> None:
 
     Written by SQL in chunks (10 M jobs through ``enqueue_many`` would take
     far longer than the runs): the same columns a real finished job has, with
-    time-ordered ids and a short result, finished in order over the
+    time-ordered ids and a short result, in four queues as ``admin_pages.py``
+    spreads them (it measures the admin's pages over this fill too, with
+    ``--in-flight-beside-history``), finished in order over the
     ``FILLER_DAYS`` days before today, each day in its history range
     (``benchmarks/history.py``), as a queue that has run that long keeps
-    them; retention (7 days) finds none expired before the last day. The
+    them; retention (7 days) drops none of them during the runs. The
     runs' own jobs go to the active partition and today's range: the filler
     is read by no claim, by design; what this measures is that nothing else
     (the planning over the ranges, the statistics) makes it cost.
@@ -203,7 +206,10 @@ def fill_finished(rows: int) -> None:
             )
             SELECT (lpad(to_hex((extract(epoch FROM t) * 1000)::bigint), 12, '0')
                     || substr(md5(g::text), 1, 20))::uuid,
-                %s, 'default', jsonb_build_object('i', g),
+                %s, CASE WHEN (g / 1000) %% 20 < 12 THEN 'default'
+                    WHEN (g / 1000) %% 20 < 17 THEN 'emails'
+                    WHEN (g / 1000) %% 20 < 19 THEN 'reports' ELSE 'webhooks' END,
+                jsonb_build_object('i', g),
                 CASE WHEN g %% 500 = 0 THEN 'cancelled' ELSE 'completed' END, 0, 1, 5,
                 t, t, t + interval '1 ms', t, t + interval '1 ms',
                 '', '[]'::jsonb, '{"ok": true}'::jsonb

@@ -336,8 +336,16 @@ class Maintenance(Service):
                 extra={"partitions": created, "worker_id": self._worker_id},
             )  # fmt: skip
             # Autovacuum never analyzes a partitioned table itself.
-            partitions.analyze(self._alias)
+            self.analyze_history()
         return created
+
+    def analyze_history(self) -> bool:
+        """ANALYZE the partitioned job table after its partitions changed, unless any
+        worker did within ``partitions.analyze_interval`` (each one analyzes every
+        partition too)."""
+        return partitions.analyze(
+            self._alias, unless_within=partitions.analyze_interval(self.history_interval)
+        )
 
     def prune(self) -> int | None:
         """Delete finished jobs past ``RETENTION``; None when another worker holds the lock.
@@ -358,7 +366,7 @@ class Maintenance(Service):
                 return None
             total += dropped[0]
             if dropped[1]:
-                partitions.analyze(self._alias)
+                self.analyze_history()
                 logger.info(
                     "Job partitions dropped count=%s jobs=%s worker=%s",
                     dropped[1], dropped[0], self._worker_id,

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from django.apps import apps
 from django.core.management import call_command
+from django.db import connections
 from django.db.migrations.loader import MigrationLoader
 
 from django_durable_jobs import db
@@ -241,3 +242,58 @@ def test_the_claim_order_reads_the_claim_index() -> None:
     assert CLAIM_INDEX in plan, plan
     assert '"Seq Scan"' not in plan, plan
     assert '"Sort"' not in plan, plan
+
+
+@pytest.mark.django_db(databases=["default", "listen"])
+def test_0003_moves_the_jobs_in_flight_and_dead_and_keeps_the_finished_ones_and_their_keys() -> (
+    None
+):
+    """A table as 0002 left it, with a job of each status: the ones in flight and the dead
+    one move to the active partition (found through the status index), the finished ones
+    stay where they were (the past partition), and every key is in the key table."""
+    alias = db.database_alias()
+    statuses = ["pending", "running", "waiting", "dead", "completed", "cancelled"]
+    try:
+        call_command("migrate", APP, "0002", verbosity=0, database=alias)
+        with queue_connection.cursor() as cursor:
+            cursor.execute("DELETE FROM durable_jobs_job")
+            cursor.execute(
+                """
+                INSERT INTO durable_jobs_job (
+                    id, type, queue, payload, idempotency_key, status, priority, attempts,
+                    max_attempts, available_at, created_at, updated_at, completed_at,
+                    last_error, errors, parent_count, dependent_count
+                )
+                SELECT gen_random_uuid(), 'tests.migrated', 'default', '{}', 'key-' || s, s, 0,
+                    0, 5, now(), now(), now(),
+                    CASE WHEN s IN ('completed', 'cancelled', 'dead') THEN now() END,
+                    '', '[]', 0, 0
+                FROM unnest(%s::text[]) AS s
+                """,
+                [statuses],
+            )
+        call_command("migrate", APP, verbosity=0, database=alias)
+        with queue_connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT status, tableoid::regclass::text FROM durable_jobs_job ORDER BY status"
+            )
+            where = dict(cursor.fetchall())
+            cursor.execute("SELECT key FROM durable_jobs_idempotency ORDER BY key")
+            keys = [row[0] for row in cursor.fetchall()]
+    finally:
+        call_command("migrate", APP, verbosity=0, database=alias)
+        with queue_connection.cursor() as cursor:
+            cursor.execute("DELETE FROM durable_jobs_idempotency")
+            cursor.execute("DELETE FROM durable_jobs_job")
+        # The mirror alias's session (makemigrations' check of every database
+        # opens it): open, it keeps the test database from being dropped.
+        connections["listen"].close()
+    assert where == {
+        "pending": "durable_jobs_job_active",
+        "running": "durable_jobs_job_active",
+        "waiting": "durable_jobs_job_active",
+        "dead": "durable_jobs_job_active",
+        "completed": "durable_jobs_job_past",
+        "cancelled": "durable_jobs_job_past",
+    }
+    assert keys == sorted(f"key-{s}" for s in statuses)

@@ -23,10 +23,11 @@ from django.db import connections
 from django.utils import timezone
 
 from django_durable_jobs import db, enqueue, pruning
+from django_durable_jobs.backoff import RetryPolicy
 from django_durable_jobs.db import partitions
 from django_durable_jobs.db.records import Outcome, Transition
 from django_durable_jobs.models import IdempotencyKey, Job, JobDependency, JobStatus
-from django_durable_jobs.worker.maintenance import PARTITIONS_LOCK_KEY
+from django_durable_jobs.worker.maintenance import PARTITIONS_LOCK_KEY, Maintenance
 from tests.factories import claim_directly, make_job, queue_connection
 
 from .helpers import new_connection
@@ -291,3 +292,36 @@ def test_a_lease_extension_that_waits_on_a_finishing_job_runs_again() -> None:
     finally:
         mover.close()
     assert extended == [{second.id}]
+
+
+def analyze_count() -> int:
+    with queue_connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT analyze_count FROM pg_stat_user_tables"
+            " WHERE relid = 'durable_jobs_job'::regclass"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_the_maintenance_analyzes_the_partitioned_table_at_most_once_an_interval() -> None:
+    """Each ANALYZE of the parent reads every partition too (before PostgreSQL 17): after a
+    round that changed the partitions, the parent is analyzed unless any session did
+    within the interval (ten minutes at least)."""
+    maintenance = Maintenance(
+        db.database_alias(), "tests-worker", 30.0, dict, lambda lost: None,
+        RetryPolicy(1.0, 60.0, 0.0), 20,
+    )  # fmt: skip
+    maintenance.history_interval = timedelta(hours=1)
+    with queue_connection.cursor() as cursor:
+        # As if never analyzed: the statistics of the test database's earlier runs.
+        cursor.execute("SELECT pg_stat_reset_single_table_counters('durable_jobs_job'::regclass)")
+    before = analyze_count()
+    assert maintenance.create_partitions()  # the ranges of the next ten hours: analyzed
+    assert analyze_count() == before + 1
+    drop_ranges()
+    assert maintenance.create_partitions()  # changed again, within the interval: not
+    assert analyze_count() == before + 1
+    assert partitions.analyze(db.database_alias()) is True  # without the bound: always
+    assert analyze_count() == before + 2
+    assert partitions.analyze_interval(timedelta(minutes=1)) == timedelta(minutes=10)
+    assert partitions.analyze_interval(timedelta(days=1)) == timedelta(days=1)
