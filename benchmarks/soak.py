@@ -43,6 +43,7 @@ import os
 import signal
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -255,6 +256,9 @@ def main() -> None:
     parser.add_argument("--png", type=Path, default=None, help="write the plot here")
     parser.add_argument("--json", type=Path, default=None, help="write the samples here")
     args = parser.parse_args()
+    # A SIGTERM (an impatient operator's kill) stops the workers too: SystemExit runs
+    # run()'s finally, which the signal's default action would skip.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.settle is None:
         args.settle = 5.0 if args.minutes >= 10 else args.minutes / 2
     # The migration creates the first ranges: of the soak's HISTORY_PARTITION too.
