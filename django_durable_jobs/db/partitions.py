@@ -375,9 +375,10 @@ def analyze(using: str, *, unless_within: timedelta | None = None) -> bool:
     with connections[using].cursor() as cursor:
         if unless_within is not None:
             cursor.execute(
-                "SELECT GREATEST(last_analyze, last_autoanalyze) > now() - %s"
+                "SELECT GREATEST(last_analyze, last_autoanalyze)"
+                " > now() - make_interval(secs => %s)"
                 " FROM pg_stat_user_tables WHERE relid = %s::regclass",
-                [unless_within, JOB_TABLE],
+                [unless_within.total_seconds(), JOB_TABLE],
             )
             row = cursor.fetchone()
             if row is not None and row[0]:
