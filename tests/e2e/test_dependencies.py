@@ -24,22 +24,22 @@ LENGTH = 5
 
 
 def test_chains_of_5_on_four_workers_run_once_in_order(workers: Workers) -> None:
+    procs = [workers.start("--concurrency", "4", "--poll-interval", "1") for _ in range(4)]
+    # Every worker up (registered, its signal handlers installed) before the
+    # chains exist: on a loaded machine, three workers started first could
+    # run every chain before the fourth is up, and the SIGTERM below would
+    # kill a worker still starting (exit -15).
+    wait_for(lambda: WorkerProcess.objects.count() >= 4, 60, "every worker to register")
     chains = [
         [result.job.pk for result in chain(*({"type": "tests.record"} for _ in range(LENGTH)))]
         for _ in range(CHAINS)
     ]
     total = CHAINS * LENGTH
-    procs = [workers.start("--concurrency", "4", "--poll-interval", "1") for _ in range(4)]
     wait_for(
         lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() == total,
         300,
         "every job of every chain to complete",
     )
-    # A worker still starting up (before its signal handlers, which it
-    # installs before its first heartbeat registers it) would die of the
-    # SIGTERM (exit -15): on a loaded machine, three workers can run every
-    # chain before the fourth is up.
-    wait_for(lambda: WorkerProcess.objects.count() >= 4, 60, "every worker to register")
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
     for proc in procs:
