@@ -15,17 +15,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from django_durable_jobs.db import partitions
 
 
-def daily_ranges(days: int, *, ahead: int = 2) -> datetime:
+def daily_ranges(days: int, *, ahead: int = 2, using: str = DEFAULT_DB_ALIAS) -> datetime:
     """The job table's history as ``days`` daily ranges up to today (and ``ahead`` more);
     the first range's start. For a table without finished jobs (a new database)."""
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     first = today - timedelta(days=days)
-    with connection.cursor() as cursor:
+    with connections[using].cursor() as cursor:
         for partition in partitions.partitions(cursor):
             if partition.name.startswith(partitions.RANGE_PREFIX):
                 cursor.execute(f"DROP TABLE {partition.name}")
