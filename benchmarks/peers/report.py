@@ -6,6 +6,7 @@ import argparse
 import datetime
 import os
 import sys
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -255,12 +256,13 @@ def chart(rows: list[Row], sides: list[Peer], title: str, path: str) -> bool:
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.axvline(1.2, color="grey", linestyle="--", linewidth=0.8, label="1.2x (issue 26's target)")
     ax.set_yticks([i + height * (len(by_peer) - 1) / 2 for i in range(len(labels))])
-    ax.set_yticklabels(labels, fontsize=7)
+    # Wrapped: the longest label ("enqueue, bulk: ...") was cut at the figure's edge.
+    ax.set_yticklabels([textwrap.fill(label, 42) for label in labels], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("ours against the peer (above 1: ours better; log scale)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return True
