@@ -27,14 +27,11 @@ database's median over the empty one's.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import worker as bench
 
@@ -43,49 +40,20 @@ FILLED, EMPTY = "default", "empty"
 KINDS = ("finished parent", "pending parent", "chain of 3")
 
 
-def setup(url: str, empty_url: str) -> None:
-    """Django on ``url`` with a second alias ``empty`` on ``empty_url``, both migrated."""
-    for one in (url, empty_url):
-        bench.ensure_database(one)
-    os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="bench_settings", DJANGO_DEBUG="0")
-    sys.path[:0] = [str(bench.BENCH_DIR), str(bench.ROOT / "example_project"), str(bench.ROOT)]
-    from django.conf import settings
-
-    settings.DATABASES[EMPTY] = {
-        **settings.DATABASES[FILLED],
-        "NAME": urlsplit(empty_url).path.lstrip("/"),
-    }
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    for alias in (FILLED, EMPTY):
-        call_command("migrate", database=alias, verbosity=0)
-
-
-def query(alias: str, text: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
-    from django.db import connections
-
-    with connections[alias].cursor() as cursor:
-        cursor.execute(text, params or [])
-        return cursor.fetchall() if cursor.description else []
-
-
 def empty_like_filled() -> None:
     """The empty database with the filled one's daily ranges, and no job."""
     import history
 
-    query(EMPTY, "TRUNCATE durable_jobs_job CASCADE")
+    bench.sql("TRUNCATE durable_jobs_job CASCADE", using=EMPTY)
     history.daily_ranges(bench.FILLER_DAYS, using=EMPTY)
 
 
 def finished_parents(alias: str) -> list[str]:
     """Up to 5,000 finished parents spread over the database's history."""
-    rows = query(
-        alias,
+    rows = bench.sql(
         "SELECT id FROM durable_jobs_job TABLESAMPLE SYSTEM (1) WHERE type = %s LIMIT 5000",
         [bench.FILLER_TYPE],
+        using=alias,
     )
     if rows:
         return [row[0] for row in rows]
@@ -96,11 +64,11 @@ def finished_parents(alias: str) -> list[str]:
         r.job.pk
         for r in enqueue_many([{"type": bench.FILLER_TYPE, "payload": {}}] * 100, using=alias)
     ]
-    query(
-        alias,
+    bench.sql(
         "UPDATE durable_jobs_job SET status = 'completed', started_at = now(),"
         " completed_at = now(), attempts = 1 WHERE id = ANY(%s)",
         [ids],
+        using=alias,
     )
     return [str(i) for i in ids]
 
@@ -143,7 +111,9 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=50, help="calls before switching database")
     args = parser.parse_args()
 
-    setup(args.database_url, args.empty_database_url)
+    for url in (args.database_url, args.empty_database_url):
+        bench.ensure_database(url)
+    bench.setup_django(args.database_url, others={EMPTY: args.empty_database_url})
     print(f"{args.calls} calls of each kind per database in blocks of {args.block}, autocommit,"
           f" no worker ({bench.loadavg()})")  # fmt: skip
     print(f"{'finished jobs':>14}  {'call':<18}{'p50 ms':>8}{'p90 ms':>8}{'mean ms':>9}"
@@ -154,13 +124,12 @@ def main() -> None:
             bench.fill_finished(rows)
             print(f"  (filled in {time.monotonic() - started:.0f} s)", flush=True)
             empty_like_filled()
-            for alias in (FILLED, EMPTY):
-                query(alias, "CHECKPOINT")
+            bench.sql("CHECKPOINT")  # one for the whole cluster
             parents = {alias: finished_parents(alias) for alias in (FILLED, EMPTY)}
             for alias in (FILLED, EMPTY):
                 # Statistics of both as they are now (autovacuum is off on the
                 # benchmark machine): a table never analyzed is planned blind.
-                query(alias, "ANALYZE")
+                bench.sql("ANALYZE", using=alias)
             times: dict[str, dict[str, list[float]]] = {
                 alias: {kind: [] for kind in KINDS} for alias in (FILLED, EMPTY)
             }
@@ -181,7 +150,7 @@ def main() -> None:
                 )
             bench.reset(keep_finished=True)
     finally:
-        query(EMPTY, "TRUNCATE durable_jobs_job CASCADE")
+        bench.sql("TRUNCATE durable_jobs_job CASCADE", using=EMPTY)
     print(f"({bench.loadavg()})")
 
 

@@ -112,17 +112,25 @@ def ensure_database(url: str) -> None:
             print(f"created database {name}")
 
 
-def setup_django(url: str) -> None:
+def setup_django(url: str, others: dict[str, str] | None = None) -> None:
+    """Django on ``url`` (alias "default"), migrated; ``others`` ({alias: url}) as more
+    aliases beside it, with the same settings but the database's name, migrated too."""
     os.environ["DATABASE_URL"] = url
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench_settings"
     os.environ["DJANGO_DEBUG"] = "0"
     sys.path[:0] = [str(BENCH_DIR), str(ROOT / "example_project"), str(ROOT)]
+    from django.conf import settings
+
+    for alias, other in (others or {}).items():
+        name = urlsplit(other).path.lstrip("/")
+        settings.DATABASES[alias] = {**settings.DATABASES["default"], "NAME": name}
     import django
 
     django.setup()
     from django.core.management import call_command
 
-    call_command("migrate", verbosity=0)
+    for alias in ["default", *(others or {})]:
+        call_command("migrate", database=alias, verbosity=0)
 
 
 def worker_env(url: str) -> dict[str, str]:
@@ -136,10 +144,12 @@ def worker_env(url: str) -> dict[str, str]:
     return env
 
 
-def sql(query: str, params: list[object] | None = None) -> list[tuple[object, ...]]:
-    from django.db import connection
+def sql(
+    query: str, params: list[object] | None = None, using: str = "default"
+) -> list[tuple[object, ...]]:
+    from django.db import connections
 
-    with connection.cursor() as cursor:
+    with connections[using].cursor() as cursor:
         cursor.execute(query, params or [])
         return cursor.fetchall() if cursor.description else []
 
