@@ -542,7 +542,10 @@ AUDIT_FILTERS = [
         description="Only this action.",
     ),
     OpenApiParameter(
-        "actor", {"type": "string", "maxLength": 200}, description="Only this actor, exactly."
+        "actor",
+        # No NUL: PostgreSQL's text cannot hold one, and the view answers 400 for it.
+        {"type": "string", "maxLength": 200, "pattern": "^[^\\u0000]*$"},
+        description="Only this actor, exactly.",
     ),
     # The pagination's own parameter, with the bounds it enforces (400 outside them).
     OpenApiParameter(
