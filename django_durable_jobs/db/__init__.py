@@ -355,10 +355,11 @@ def _cursor(connection: Any) -> psycopg.Cursor[Any]:
 #: runs each of them every round, and their generic plan (the one a prepared
 #: statement settles on after five runs) is the custom plan's
 #: (benchmarks/planning.py; tests/integration/test_prepared_statements.py
-#: checks PostgreSQL uses it). Not the claims (claim_jobs*, lock_keys): with
-#: their LIMIT and arrays as parameters, the generic plan sorts a sequential
-#: scan of the backlog, 25 to 60 times slower than the custom plan's index
-#: scan, for 0.15-0.25 ms of parsing saved.
+#: checks PostgreSQL uses it). Not the claims (claim_jobs*): with their LIMIT
+#: and arrays as parameters, the generic plan sorts a sequential scan of the
+#: backlog, 25 to 60 times slower than the custom plan's index scan, for
+#: 0.15-0.25 ms of parsing saved. The keyed claim is a call of a function
+#: (migration 0004) that plans its own statements for each call's values.
 PREPARED = frozenset({"record_outcomes", "extend_leases", "claim_keyed"})
 
 _PREPARES_ATTRIBUTE = "_durable_jobs_prepares"

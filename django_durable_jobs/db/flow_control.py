@@ -126,51 +126,32 @@ def claim_keyed(
 ) -> list[ClaimedJob]:
     """Claim up to ``limit`` jobs with a concurrency key, within each key's limit.
 
-    ``key_limits`` is ``{type: concurrency_limit}``. One transaction (a
-    savepoint inside a caller's): lock the keys of the first runnable jobs
-    whose key has room, then, in a snapshot taken after the locks, claim
-    what each key's limit leaves, the oldest job of a key first. A busy key
-    never blocks another: its jobs are skipped, not waited for.
+    ``key_limits`` is ``{type: concurrency_limit}``. One statement, its own
+    transaction (or part of a caller's): a PL/pgSQL function (migration
+    0004) locks the keys of the first runnable jobs whose key has room,
+    then, in a snapshot taken after the locks, claims what each key's limit
+    leaves, the oldest job of a key first. A busy key never blocks another:
+    its jobs are skipped, not waited for. One round trip where two
+    statements in a transaction took three.
     """
     if limit <= 0 or not key_limits:
         return []
     types = sorted(key_limits)
-    scope = {
-        "queues": None if queues is None else sorted(queues),
-        "excluded": sorted(excluded),
-    }
-    with transaction.atomic(using=using):
-        locked = gateway._run(
-            using,
-            "lock_keys",
-            {
-                **scope,
-                "types": types,
-                "limits": [key_limits[t] for t in types],
-                "limit": limit,
-                "scan": limit * KEY_SCAN_PER_KEY,
-                "lock_space": KEY_LOCK_SPACE,
-            },
-        )
-        if not locked:
-            return []
-        keys = sorted({(type_, key) for _, type_, key, _ in locked})
-        rows = gateway._run(
-            using,
-            "claim_keyed",
-            {
-                "key_types": [type_ for type_, _ in keys],
-                "keys": [key for _, key in keys],
-                "key_limits": [key_limits[type_] for type_, _ in keys],
-                "ids": [row[0] for row in locked],
-                "id_types": [row[1] for row in locked],
-                "id_keys": [row[2] for row in locked],
-                "ranks": [row[3] for row in locked],
-                "limit": limit,
-                "worker_id": worker_id,
-                "lease_seconds": float(lease_seconds),
-            },
-        )
+    rows = gateway._run(
+        using,
+        "claim_keyed",
+        {
+            "types": types,
+            "limits": [key_limits[t] for t in types],
+            "queues": None if queues is None else sorted(queues),
+            "excluded": sorted(excluded),
+            "limit": limit,
+            "scan": limit * KEY_SCAN_PER_KEY,
+            "lock_space": KEY_LOCK_SPACE,
+            "worker_id": worker_id,
+            "lease_seconds": float(lease_seconds),
+        },
+    )
     return [ClaimedJob(*row) for row in rows]
 
 

@@ -16,83 +16,13 @@ busy AS (
     HAVING count(*) >= l.lim
 )
 
--- lock_keys --
--- A claim of jobs with a concurrency key (their type has a concurrency_limit), first statement of its transaction: the first %(limit)s keys with a runnable job among the first %(scan)s such jobs, in claim order, leaving out keys at their limit in this statement's snapshot; each locked with a transaction-level advisory lock unless another claim holds it (then skipped: no waiting). Returns, for each key locked, its first jobs read (as many as its limit), in claim order, each with its rank within its key. claim_keyed then counts and claims in a snapshot taken after the locks, so two claims never both see a key's last free slot.
-<<_busy_keys>>,
-heads AS MATERIALIZED (
-    -- Runnable keyed jobs in claim order, keys at their limit left out; a
-    -- bounded number of rows (a few per key wanted), so the cost of a claim
-    -- does not grow with the backlog. `place`: the order, read once here.
-    SELECT j.id, j.type, j.concurrency_key,
-        row_number() OVER (
-            ORDER BY j.priority DESC, j.available_at, j.created_at
-            -- ROWS: a job's place needs no look at the jobs that tie with it
-            -- (a batch enqueued at once ties), so the LIMIT stops the scan.
-            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-        ) AS place
-    FROM durable_jobs_job_active AS j
-    WHERE j.status = 'pending' AND j.available_at <= now()
-        AND j.concurrency_key IS NOT NULL AND j.type = ANY(%(types)s::text[])
-        AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
-        AND NOT (j.queue = ANY(%(excluded)s::text[]))
-        -- NOT IN, not NOT EXISTS: a hashed subplan, one probe per row read.
-        -- The planner guesses `busy` holds one row, and an anti-join on that
-        -- guess compared every row read with every busy key (at 1,000 keys,
-        -- 50 ms a claim). Neither column is NULL here, so NOT IN means NOT EXISTS.
-        AND (j.type, j.concurrency_key) NOT IN (SELECT b.type, b.concurrency_key FROM busy AS b)
-    ORDER BY j.priority DESC, j.available_at, j.created_at
-    LIMIT %(scan)s
-),
-picked AS MATERIALIZED (
-    -- Their keys, each at its first job's place in claim order.
-    SELECT type, concurrency_key, min(place) AS first
-    FROM heads
-    GROUP BY type, concurrency_key
-    ORDER BY first
-    LIMIT %(limit)s
-),
-locked AS MATERIALIZED (
-    SELECT type, concurrency_key
-    FROM picked
-    WHERE pg_try_advisory_xact_lock(%(lock_space)s::int, hashtext(type || ' ' || concurrency_key))
-),
-ranked AS (
-    SELECT heads.id, heads.type, heads.concurrency_key, heads.place,
-        row_number() OVER (PARTITION BY heads.type, heads.concurrency_key ORDER BY heads.place) AS rank
-    FROM heads JOIN locked USING (type, concurrency_key)
-)
-SELECT ranked.id, ranked.type, ranked.concurrency_key, ranked.rank
-FROM ranked JOIN limits ON limits.type = ranked.type
-WHERE ranked.rank <= limits.lim
-ORDER BY ranked.place;
-
 -- claim_keyed --
--- A claim of jobs with a concurrency key, second statement: of the jobs lock_keys returned (%(ids)s, each with its key and its rank within its key), those the key's limit leaves room for beside its jobs running on a live lease (the oldest of a key first), still pending; of all those, the first %(limit)s in claim order. Otherwise the same as claim_jobs.
-WITH room AS (
-    SELECT k.type, k.key, k.lim - (
-        SELECT count(*) FROM durable_jobs_job_active AS r
-        WHERE r.status = 'running' AND r.concurrency_key IS NOT NULL
-            AND r.type = k.type AND r.concurrency_key = k.key AND r.lease_expires_at > now()
-    ) AS free
-    FROM unnest(%(key_types)s::text[], %(keys)s::text[], %(key_limits)s::int[]) AS k(type, key, lim)
-),
-wanted AS (
-    SELECT w.id
-    FROM unnest(%(ids)s::uuid[], %(id_types)s::text[], %(id_keys)s::text[], %(ranks)s::int[])
-        AS w(id, type, key, rank)
-    JOIN room ON room.type = w.type AND room.key = w.key
-    WHERE w.rank <= room.free
-),
-candidates AS MATERIALIZED (
-    SELECT job.id, job.queue
-    FROM durable_jobs_job_active AS job
-    WHERE job.id IN (SELECT id FROM wanted)
-        AND job.status = 'pending' AND job.available_at <= now()
-    ORDER BY job.priority DESC, job.available_at, job.created_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-),
-<<_claimed>>
+-- A claim of jobs with a concurrency key (their type has a concurrency_limit): up to %(limit)s of them, within each key's limit, the oldest job of a key first; a busy key never blocks another (its jobs are skipped, not waited for). One call of the PL/pgSQL function of migration 0004, which locks the keys of the first runnable jobs (reading at most %(scan)s) with transaction-level advisory locks, then counts each key's running jobs and claims in a snapshot taken after the locks, so two claims never both see a key's last free slot. Returns the same columns as claim_jobs.
+SELECT * FROM durable_jobs_claim_keyed(
+    %(types)s::text[], %(limits)s::int[], %(queues)s::text[], %(excluded)s::text[],
+    %(limit)s::int, %(scan)s::int, %(lock_space)s::int, %(worker_id)s::text,
+    %(lease_seconds)s::float8
+);
 
 -- keys_held_back --
 -- Queues with a runnable job whose concurrency key is at its limit (for durable_jobs_throttled_total's "key" reason), among %(types)s.

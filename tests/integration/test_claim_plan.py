@@ -6,7 +6,10 @@ finished jobs, a backlog of pending ones (some delayed), a few running.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.test import Client, override_settings
@@ -16,6 +19,7 @@ from django.utils import timezone
 from django_durable_jobs import db
 from django_durable_jobs.constants import (
     CLAIM_INDEX,
+    CLAIM_KEYED_INDEX,
     CLAIM_QUEUE_INDEX,
     CREATED_INDEX,
     KEY_PENDING_INDEX,
@@ -27,7 +31,7 @@ from django_durable_jobs.constants import (
 )
 from django_durable_jobs.db.queries import QUERIES
 from django_durable_jobs.held_back import held_back
-from django_durable_jobs.models import QueueMinuteStats
+from django_durable_jobs.models import Job, QueueMinuteStats
 from django_durable_jobs.pausing import pause_queue
 from django_durable_jobs.queue_overview import queue_overview
 from tests.factories import queue_connection
@@ -294,3 +298,81 @@ def test_job_stats_read_the_job_table_by_index_and_estimate_the_history(
     default = stats["queues"]["default"]
     assert "completed" in default["estimated"] and 5_000 <= default["completed"] <= 25_000
     assert default["cancelled"] == 166 and "cancelled" not in default["estimated"]
+
+
+def _keyed_backlog() -> None:
+    """40 keys of a type limited to 1, 20 of them busy, 2,000 jobs (on the big table)."""
+    with queue_connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO durable_jobs_job (
+                id, type, queue, payload, status, priority, attempts, max_attempts,
+                available_at, created_at, updated_at, last_error, errors,
+                lease_expires_at, concurrency_key
+            )
+            SELECT gen_random_uuid(), 'tests.serial', 'default', '{}',
+                   CASE WHEN i <= 20 THEN 'running' ELSE 'pending' END, 0, 0, 5,
+                   now() - interval '1 minute', now(), now(), '', '[]',
+                   CASE WHEN i <= 20 THEN now() + interval '30 seconds' END,
+                   'customer:' || (i % 40)
+            FROM generate_series(1, 2000) AS i
+            """
+        )
+        cursor.execute("ANALYZE durable_jobs_job")
+
+
+def test_the_keyed_claim_s_statements_read_indexes_never_a_seq_scan(big_table: None) -> None:
+    # The keyed claim is a PL/pgSQL function (migration 0004): its two
+    # statements' plans are not the call's. auto_explain, loaded for this
+    # transaction, sends each nested statement's plan as a notice.
+    _keyed_backlog()
+    notices: list[str] = []
+    raw = queue_connection.connection
+    with queue_connection.cursor() as cursor:
+        cursor.execute("LOAD 'auto_explain'")
+        for setting, value in [
+            ("log_min_duration", "0"),
+            ("log_nested_statements", "on"),
+            ("log_format", "json"),
+            ("log_level", "notice"),
+        ]:
+            cursor.execute(f"SET LOCAL auto_explain.{setting} = {value}")
+
+    def collect(diagnostic: Any) -> None:
+        notices.append(diagnostic.message_primary or "")
+
+    raw.add_notice_handler(collect)
+    try:
+        jobs = db.claim_keyed(
+            db.database_alias(),
+            worker_id="w",
+            lease_seconds=30,
+            limit=16,
+            key_limits={"tests.serial": 1},
+        )
+    finally:
+        raw.remove_notice_handler(collect)
+    # Free keys' jobs, one per key (the scan reads at most four jobs per key
+    # wanted, so a backlog clumped by key gives fewer than asked).
+    keys = Job.objects.filter(id__in=[job.id for job in jobs]).values_list(
+        "concurrency_key", flat=True
+    )
+    assert jobs
+    assert len(set(keys)) == len(jobs)
+    assert not {f"customer:{i}" for i in range(1, 21)} & set(keys)
+    plans = [
+        json.loads(message[message.index("{") :])
+        for message in notices
+        if "durable_jobs_job_active" in message and '"Plan"' in message
+    ]
+    texts = [plan["Query Text"] for plan in plans]
+    # The lock, then the claim (and the call itself, which reads no table).
+    assert any("pg_try_advisory_xact_lock" in text for text in texts), texts
+    assert any("UPDATE durable_jobs_job_active" in text for text in texts), texts
+    for plan in plans:
+        assert "durable_jobs_job" not in seq_scanned(json.dumps([plan])), plan
+    (lock,) = [p for p in plans if "pg_try_advisory_xact_lock" in p["Query Text"]]
+    # Through an index of pending keyed jobs (in claim order, or by key then
+    # sorted: the planner's choice by the table's statistics).
+    indexes = set(re.findall(r'"Index Name": "(\w+)"', json.dumps(lock)))
+    assert indexes & {CLAIM_KEYED_INDEX, KEY_PENDING_INDEX}, indexes

@@ -77,12 +77,23 @@ def _schema() -> dict[str, Any]:
             "SELECT stxname, stxkind FROM pg_statistic_ext WHERE stxname LIKE 'durable\\_jobs\\_%%'"
         )
         statistics = dict(cursor.fetchall())
+        cursor.execute(
+            """
+            SELECT p.proname, pg_get_function_identity_arguments(p.oid), p.provolatile,
+                p.proconfig
+            FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+            WHERE n.nspname = current_schema() AND p.proname LIKE 'durable\\_jobs\\_%%'
+            ORDER BY p.proname
+            """
+        )
+        functions = {row[0]: row[1:] for row in cursor.fetchall()}
     return {
         "tables": sorted({row[0] for row in columns}),
         "columns": columns,
         "indexes": indexes,
         "constraints": constraints,
         "statistics": statistics,
+        "functions": functions,
     }
 
 
@@ -166,6 +177,12 @@ def test_what_no_model_declares_exists_too() -> None:
     job = {row[1]: row[4] for row in schema["columns"] if row[0] == "durable_jobs_job"}
     assert job["on_parent_failure"] == "'cancel'::character varying"
     assert job["waiting_on"] == job["parent_count"] == job["dependent_count"] == "0"
+    # The keyed claim (migration 0004): VOLATILE, so each of its statements
+    # takes a new snapshot; its plans made for each call's values.
+    arguments, volatility, config = schema["functions"]["durable_jobs_claim_keyed"]
+    assert volatility == "v"
+    assert config == ["plan_cache_mode=force_custom_plan"]
+    assert arguments.startswith("p_types text[], p_limits integer[]")
 
 
 def test_the_job_permissions_are_declared_for_every_door() -> None:
@@ -198,7 +215,9 @@ def test_migrating_to_zero_and_back_rebuilds_the_same_schema() -> None:
     before = _schema()
     try:
         call_command("migrate", APP, "zero", verbosity=0, database=db.database_alias())
-        assert _schema()["tables"] == []
+        zero = _schema()
+        assert zero["tables"] == []
+        assert zero["functions"] == {}
     finally:
         call_command("migrate", APP, verbosity=0, database=db.database_alias())
     assert _without_the_cutover(_schema()) == _without_the_cutover(before)

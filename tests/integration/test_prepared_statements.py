@@ -31,7 +31,7 @@ pytestmark = pytest.mark.django_db
 MARKS = {
     "record_outcomes": "jsonb_array_elements",
     "extend_leases": "FOR NO KEY UPDATE OF job",
-    "claim_keyed": "AS k(type, key, lim)",
+    "claim_keyed": "durable_jobs_claim_keyed(",
 }
 
 #: Enough rounds for PostgreSQL to plan each statement generically (after five).
@@ -154,25 +154,12 @@ def test_the_generic_plans_use_indexes_on_a_big_table(big_table: None, generic_o
     rows = db.claim(db.database_alias(), worker_id="w", lease_seconds=30, limit=8)
     ids, tokens = [job.id for job in rows], [job.lease_token for job in rows]
     heartbeat = {"ids": ids, "tokens": tokens, "lease_seconds": 30.0}
-    keyed = {
-        "key_types": ["tests.serial"],
-        "keys": ["k"],
-        "key_limits": [1],
-        "ids": ids[:1],
-        "id_types": ["tests.serial"],
-        "id_keys": ["k"],
-        "ranks": [1],
-        "limit": 8,
-        "worker_id": "w",
-        "lease_seconds": 30.0,
-    }
     outcomes = db._outcomes_params(
         [Outcome(job, token, Transition.COMPLETE) for job, token in zip(ids, tokens, strict=True)],
         20,
     )
     for name, params in [
         ("extend_leases", heartbeat),
-        ("claim_keyed", keyed),
         ("record_outcomes", outcomes),
     ]:
         plan = explain_generic(name, params)
