@@ -169,10 +169,16 @@ def insert_jobs_with_parents(
         "channel": jobs_settings.NOTIFY_CHANNEL,
         "trace_context": trace_context,
     }
-    # Again when a parent it waited for finished meanwhile (its row moved).
-    ((inserted, statuses, waiting, errors, now, missing, _counted, _notified),) = (
-        gateway.retrying_moves(using, lambda: run(using, "insert_jobs_with_parents", params))
-    )
+    if _is_shape(specs, ids):
+        # chain() and group() of new jobs: no row outside the batch is read
+        # or written, so none can have moved meanwhile.
+        row = run(using, "insert_job_shape", params)[0]
+    else:
+        # Again when a parent it waited for finished meanwhile (its row moved).
+        row = gateway.retrying_moves(using, lambda: run(using, "insert_jobs_with_parents", params))[
+            0
+        ]
+    inserted, statuses, waiting, errors, now, missing, _counted, _notified = row
     by_id = {spec_id: spec for spec, spec_id in zip(specs, ids, strict=True)}
     rows = {}
     for job_id, status, waiting_on, last_error in zip(
@@ -181,6 +187,13 @@ def insert_jobs_with_parents(
         spec = by_id[job_id]
         rows[job_id] = (_available_at(spec, now), now, status, waiting_on, last_error)
     return InsertedWithParents(rows, set(missing or ()))
+
+
+def _is_shape(specs: Sequence[JobSpec], ids: Sequence[uuid.UUID]) -> bool:
+    """Whether every parent is a row of the batch, and no row has an idempotency key:
+    ``insert_job_shape``'s case, which reads nothing outside the batch."""
+    batch = set(ids)
+    return all(spec.idempotency_key is None and batch.issuperset(spec.parents) for spec in specs)
 
 
 def _job_row_with_parents(spec: JobSpec, job_id: uuid.UUID) -> str:

@@ -267,6 +267,61 @@ SELECT
     (SELECT count(*) FROM counted),
     (SELECT n FROM notified);
 
+-- insert_job_shape --
+-- insert_jobs_with_parents for a shape of new jobs (chain() and group() without idempotency keys or parents of their own: dependencies._linkable): every parent is a row of the batch, so no parent is read, none can have finished or be missing, and nothing outside the batch is updated. Each job goes into the active partition pending (no parent) or waiting (for all its parents), with its edges unresolved and its children in the batch as its dependent_count. The statement reads no partition of the job table: neither its plan nor its cost depends on the table's size, and its generic plan is its custom plan (it is prepared: db.PREPARED). NOTIFYs each queue that received a pending job (delivered at commit). Returns what insert_jobs_with_parents returns.
+WITH input AS (
+    -- Row: insert_jobs' eleven columns, then on_parent_failure and the
+    -- parents' ids (a JSON array, without duplicates).
+    SELECT
+<<_job_columns>>,
+        row->>11 AS on_parent_failure,
+        row->12 AS parents
+    FROM jsonb_array_elements(%(jobs)s::jsonb) AS row
+),
+edge AS (
+    SELECT input.id AS child_id, p.id::uuid AS parent_id
+    FROM input CROSS JOIN LATERAL jsonb_array_elements_text(input.parents) AS p(id)
+),
+planned AS (
+    SELECT input.*,
+        (SELECT count(*) FROM edge WHERE edge.child_id = input.id) AS parent_count,
+        (SELECT count(*) FROM edge WHERE edge.parent_id = input.id) AS dependent_count
+    FROM input
+),
+inserted AS (
+    INSERT INTO durable_jobs_job_active (
+<<_job_insert_columns>>,
+        on_parent_failure, parent_count, waiting_on, dependent_count
+    )
+    SELECT
+        id, type, queue, payload, NULL,
+        CASE WHEN parent_count > 0 THEN 'waiting' ELSE 'pending' END,
+        priority, 0, max_attempts,
+        COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
+        now(), now(), '', '[]'::jsonb, timeout, concurrency_key,
+        %(trace_context)s::jsonb,
+        on_parent_failure, parent_count, parent_count, dependent_count
+    FROM planned
+    RETURNING id, queue, status, waiting_on, last_error
+),
+edges AS (
+    INSERT INTO durable_jobs_dependency (child_id, parent_id, resolved)
+    SELECT child_id, parent_id, false FROM edge
+),
+notified AS (
+    SELECT count(pg_notify(%(channel)s, queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted WHERE status = 'pending') AS queues
+)
+SELECT
+    (SELECT array_agg(id ORDER BY id) FROM inserted),
+    (SELECT array_agg(status ORDER BY id) FROM inserted),
+    (SELECT array_agg(waiting_on ORDER BY id) FROM inserted),
+    (SELECT array_agg(last_error ORDER BY id) FROM inserted),
+    now(),
+    NULL::uuid[],
+    0::bigint,
+    (SELECT n FROM notified);
+
 -- request_cancel --
 -- Ask the workers to stop these running jobs: set cancel_requested_at (kept if already set) on those still running, and NOTIFY '<prefix><job id>' on the queue's channel (delivered at commit) so that the worker holding each one tells its handler at once. Returns the ids asked.
 UPDATE durable_jobs_job

@@ -202,7 +202,7 @@ def test_a_plain_chain_is_one_statement_and_releases_link_by_link(
     log = StatementLog(monkeypatch)
     with CaptureQueriesContext(queue_connection) as orm:
         first, second, third = chain({"type": T}, {"type": T}, {"type": T})
-    assert (log.names, len(orm)) == (["insert_jobs_with_parents"], 0), orm.captured_queries
+    assert (log.names, len(orm)) == (["insert_job_shape"], 0), orm.captured_queries
     assert [counts(r) for r in (first, second, third)] == [
         ("pending", 0, 0, 1),
         ("waiting", 1, 1, 1),
@@ -215,11 +215,30 @@ def test_a_plain_chain_is_one_statement_and_releases_link_by_link(
     assert status(third.job) == "cancelled"
 
 
+def test_a_chain_link_that_runs_anyway_is_stored_so_by_the_one_statement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = StatementLog(monkeypatch)
+    first, second = chain({"type": T}, {"type": T, "on_parent_failure": "run"})
+    assert log.names == ["insert_job_shape"]
+    # One job without a parent (through Django's cursor): pending, and stored so.
+    with CaptureQueriesContext(queue_connection) as single:
+        alone = enqueue(T, on_parent_failure="run").job
+    (sql,) = [query["sql"] for query in single.captured_queries]
+    # insert_job_shape's: it stores on_parent_failure and reads (locks) no parent.
+    assert "durable_jobs_dependency" in sql and "FOR NO KEY UPDATE" not in sql, sql
+    assert Job.objects.get(pk=second.job.pk).on_parent_failure == "run"
+    assert (status(alone), Job.objects.get(pk=alone.pk).on_parent_failure) == ("pending", "run")
+    finish(fail(claim(first.job)))
+    assert status(first.job) == "dead"
+    assert status(second.job) == "pending"
+
+
 def test_a_plain_group_with_a_callback_is_one_statement(monkeypatch: pytest.MonkeyPatch) -> None:
     log = StatementLog(monkeypatch)
     with CaptureQueriesContext(queue_connection) as orm:
         *members, callback = group([{"type": T}] * 3, then={"type": T})
-    assert (log.names, len(orm)) == (["insert_jobs_with_parents"], 0), orm.captured_queries
+    assert (log.names, len(orm)) == (["insert_job_shape"], 0), orm.captured_queries
     assert [counts(m) for m in members] == [("pending", 0, 0, 1)] * 3
     assert counts(callback) == ("waiting", 3, 3, 0)
     for member in members:

@@ -20,7 +20,7 @@ import pytest
 from django_durable_jobs.db.queries import QUERIES
 from tests.factories import queue_connection
 
-from .helpers import explain
+from .helpers import explain, relations
 
 pytestmark = pytest.mark.django_db
 
@@ -66,3 +66,17 @@ def test_a_chain_reads_no_partition_holding_rows_but_by_index(
             if cursor.fetchone()[0]:
                 read_whole.append(name)
     assert read_whole == [], plan
+
+
+def test_a_shape_of_new_jobs_reads_no_partition_at_all(big_table: None) -> None:
+    # chain() and group() of new jobs (every parent in the batch, no key) go
+    # through insert_job_shape: it writes the active partition and the edges
+    # and reads nothing, so the table's size cannot weigh on it.
+    first, second, third = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    jobs = [row(first, []), row(second, [first]), row(third, [first, second])]
+    plan = explain(
+        QUERIES["insert_job_shape"],
+        {"jobs": json.dumps(jobs), "channel": "durable_jobs", "trace_context": None},
+    )
+    assert relations(plan) == {"durable_jobs_job_active", "durable_jobs_dependency"}, plan
+    assert "Seq Scan" not in plan and "Index" not in plan, plan
