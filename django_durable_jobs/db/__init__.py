@@ -360,7 +360,10 @@ def _cursor(connection: Any) -> psycopg.Cursor[Any]:
 #: backlog, 25 to 60 times slower than the custom plan's index scan, for
 #: 0.15-0.25 ms of parsing saved. The keyed claim is a call of a function
 #: (migration 0004) that plans its own statements for each call's values.
-PREPARED = frozenset({"record_outcomes", "extend_leases", "claim_keyed"})
+#: insert_job_shape (chain() and group() of new jobs) reads no table: its
+#: generic plan is its custom plan, and planning was 40 % of its call
+#: (docs/benchmarks.md, "10,000 chains of 3 a minute").
+PREPARED = frozenset({"record_outcomes", "extend_leases", "claim_keyed", "insert_job_shape"})
 
 _PREPARES_ATTRIBUTE = "_durable_jobs_prepares"
 

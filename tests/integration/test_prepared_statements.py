@@ -1,7 +1,7 @@
 """The worker's hot statements as prepared statements (``PREPARE_STATEMENTS``, issue 26).
 
 ``db._run`` prepares ``db.PREPARED`` (the outcomes' write, the heartbeat, the
-keyed claim's second statement) on connections that reach PostgreSQL
+keyed claim's call, ``chain()``'s insert) on connections that reach PostgreSQL
 itself. What a worker gets back must not depend on it, before and after
 PostgreSQL switches a prepared statement to its generic plan (after five
 runs), and that generic plan must be an index plan on a big table.
@@ -17,7 +17,7 @@ import pytest
 from django.test import override_settings
 from psycopg import ClientCursor
 
-from django_durable_jobs import db, enqueue_many
+from django_durable_jobs import chain, db, enqueue_many
 from django_durable_jobs.db.queries import QUERIES
 from django_durable_jobs.db.records import Outcome, Transition
 from django_durable_jobs.models import Job
@@ -32,6 +32,7 @@ MARKS = {
     "record_outcomes": "jsonb_array_elements",
     "extend_leases": "FOR NO KEY UPDATE OF job",
     "claim_keyed": "durable_jobs_claim_keyed(",
+    "insert_job_shape": "SELECT child_id, parent_id, false FROM edge",
 }
 
 #: Enough rounds for PostgreSQL to plan each statement generically (after five).
@@ -57,6 +58,8 @@ def one_round(index: int) -> dict[str, Any]:
         [{"type": "tests.serial", "concurrency_key": f"k{index}-{k}"} for k in (1, 1, 2)]
         + [{"type": "tests.record", "payload": {"round": index}}]
     )
+    # A chain not yet due (no claim below takes it): insert_job_shape.
+    shape = chain({"type": "tests.record", "delay": 3600}, {"type": "tests.record"})
     keyed = db.claim_keyed(
         db.database_alias(),
         worker_id="w",
@@ -79,6 +82,10 @@ def one_round(index: int) -> dict[str, Any]:
     ]
     written = db.record_outcomes(db.database_alias(), outcomes, history_limit=20)
     statuses = sorted(Job.objects.filter(id__in=held).values_list("status", flat=True))
+    shaped = [
+        Job.objects.values_list("status", "parent_count", "dependent_count").get(pk=r.job.pk)
+        for r in shape
+    ]
     Job.objects.all().delete()  # the next round starts from an empty table
     return {
         "keyed": len(keyed),
@@ -86,6 +93,7 @@ def one_round(index: int) -> dict[str, Any]:
         "extended": extended == set(held) - set(stale),
         "written": written == {ids[0].id, ids[1].id, ids[2].id},
         "statuses": statuses,
+        "shape": shaped,
     }
 
 
@@ -95,6 +103,7 @@ EXPECTED = {
     "extended": True,
     "written": True,
     "statuses": ["completed", "dead", "pending"],
+    "shape": [("pending", 0, 1), ("waiting", 1, 0)],
 }
 
 
@@ -158,9 +167,35 @@ def test_the_generic_plans_use_indexes_on_a_big_table(big_table: None, generic_o
         [Outcome(job, token, Transition.COMPLETE) for job, token in zip(ids, tokens, strict=True)],
         20,
     )
+    first, second = uuid.uuid4(), uuid.uuid4()
+    shape = {
+        "jobs": json.dumps(
+            [
+                [
+                    str(job),
+                    "tests.record",
+                    "default",
+                    {},
+                    None,
+                    0,
+                    5,
+                    0,
+                    None,
+                    None,
+                    None,
+                    "cancel",
+                    parents,
+                ]  # fmt: skip
+                for job, parents in [(first, []), (second, [str(first)])]
+            ]
+        ),
+        "channel": "durable_jobs",
+        "trace_context": None,
+    }
     for name, params in [
         ("extend_leases", heartbeat),
         ("record_outcomes", outcomes),
+        ("insert_job_shape", shape),
     ]:
         plan = explain_generic(name, params)
         assert "$1" in plan or "$2" in plan, plan  # a generic plan indeed
