@@ -172,12 +172,12 @@ def insert_jobs_with_parents(
     if _is_shape(specs, ids):
         # chain() and group() of new jobs: no row outside the batch is read
         # or written, so none can have moved meanwhile.
-        row = run(using, "insert_job_shape", params)[0]
+        (row,) = run(using, "insert_job_shape", params)
     else:
         # Again when a parent it waited for finished meanwhile (its row moved).
-        row = gateway.retrying_moves(using, lambda: run(using, "insert_jobs_with_parents", params))[
-            0
-        ]
+        (row,) = gateway.retrying_moves(
+            using, lambda: run(using, "insert_jobs_with_parents", params)
+        )
     inserted, statuses, waiting, errors, now, missing, _counted, _notified = row
     by_id = {spec_id: spec for spec, spec_id in zip(specs, ids, strict=True)}
     rows = {}
