@@ -141,6 +141,13 @@ BEGIN
         JOIN room ON room.type = w.type AND room.key = w.key
         WHERE w.rank <= room.free
     ),
+    -- When these jobs start: read while this statement runs, after its
+    -- snapshot, so no later than any end it counted (statement_timestamp()
+    -- would be the call's start, before the locks and this snapshot: a job
+    -- of the key that ended meanwhile would seem to overlap its successor).
+    started AS MATERIALIZED (
+        SELECT clock_timestamp() AS at
+    ),
     candidates AS MATERIALIZED (
         SELECT job.id, job.queue
         FROM durable_jobs_job_active AS job
@@ -154,12 +161,12 @@ BEGIN
         UPDATE durable_jobs_job_active AS job
         SET status = 'running',
             attempts = job.attempts + 1,
-            started_at = statement_timestamp(),
-            updated_at = statement_timestamp(),
+            started_at = started.at,
+            updated_at = started.at,
             lease_holder = p_worker_id,
-            lease_expires_at = statement_timestamp() + make_interval(secs => p_lease_seconds),
+            lease_expires_at = started.at + make_interval(secs => p_lease_seconds),
             lease_token = gen_random_uuid()
-        FROM candidates
+        FROM candidates, started
         WHERE job.id = candidates.id
             -- A pause committed after the worker last read the paused queues.
             AND candidates.queue <> ALL (ARRAY(
