@@ -138,11 +138,9 @@ notified AS (
 SELECT count(*), now()
 FROM inserted CROSS JOIN notified;
 
--- insert_jobs_with_parents --
--- insert_jobs for a batch in which some job has parents (depends_on), one or many rows: lock the parents (in id order, so concurrent enqueues sharing parents wait for each other instead of deadlocking) and read their newest status; insert nothing if one does not exist (a parent may also be a row of the batch itself: chain() and group() insert a whole shape in one statement; such a parent is new, so unfinished, and starts with its children in the batch as its dependent_count); otherwise insert each job waiting for its unfinished parents (pending when none is left; cancelled, the reason naming the parent, when one ended dead or cancelled and its on_parent_failure is 'cancel'), its edges (resolved for parents already finished), and add the children to each parent's dependent_count, which makes the worker write the parent's outcome in a transaction that releases its children (record_outcomes; an outcome written after this insert locked the parent waits for this transaction). Skips rows whose idempotency key is taken, with no edge; NOTIFYs each queue that received a pending job (delivered at commit). Returns the rows inserted (ids, statuses, waiting_on, last_error), the database's now(), and the parents that do not exist.
+-- _jobs_with_parents --
+-- A fragment (see queries.py) that opens a WITH: `input`, the rows of %(jobs)s (insert_jobs' eleven columns, then on_parent_failure and the parents' ids, a JSON array without duplicates), and `edge(child_id, parent_id)`, one per parent named.
 WITH input AS (
-    -- Row: insert_jobs' eleven columns, then on_parent_failure and the
-    -- parents' ids (a JSON array, without duplicates).
     SELECT
 <<_job_columns>>,
         row->>11 AS on_parent_failure,
@@ -152,7 +150,11 @@ WITH input AS (
 edge AS (
     SELECT input.id AS child_id, p.id::uuid AS parent_id
     FROM input CROSS JOIN LATERAL jsonb_array_elements_text(input.parents) AS p(id)
-),
+)
+
+-- insert_jobs_with_parents --
+-- insert_jobs for a batch in which some job has parents (depends_on), one or many rows: lock the parents (in id order, so concurrent enqueues sharing parents wait for each other instead of deadlocking) and read their newest status; insert nothing if one does not exist (a parent may also be a row of the batch itself: chain() and group() insert a whole shape in one statement; such a parent is new, so unfinished, and starts with its children in the batch as its dependent_count); otherwise insert each job waiting for its unfinished parents (pending when none is left; cancelled, the reason naming the parent, when one ended dead or cancelled and its on_parent_failure is 'cancel'), its edges (resolved for parents already finished), and add the children to each parent's dependent_count, which makes the worker write the parent's outcome in a transaction that releases its children (record_outcomes; an outcome written after this insert locked the parent waits for this transaction). Skips rows whose idempotency key is taken, with no edge; NOTIFYs each queue that received a pending job (delivered at commit). Returns the rows inserted (ids, statuses, waiting_on, last_error), the database's now(), and the parents that do not exist.
+<<_jobs_with_parents>>,
 parent AS MATERIALIZED (
     -- FOR NO KEY UPDATE returns the newest version of each row, after
     -- waiting for a transaction that is writing it: the status read here
@@ -269,19 +271,7 @@ SELECT
 
 -- insert_job_shape --
 -- insert_jobs_with_parents for a shape of new jobs (chain() and group() without idempotency keys or parents of their own: dependencies._linkable): every parent is a row of the batch, so no parent is read, none can have finished or be missing, and nothing outside the batch is updated. Each job goes into the active partition pending (no parent) or waiting (for all its parents), with its edges unresolved and its children in the batch as its dependent_count. The statement reads no partition of the job table: neither its plan nor its cost depends on the table's size, and its generic plan is its custom plan (it is prepared: db.PREPARED). NOTIFYs each queue that received a pending job (delivered at commit). Returns what insert_jobs_with_parents returns.
-WITH input AS (
-    -- Row: insert_jobs' eleven columns, then on_parent_failure and the
-    -- parents' ids (a JSON array, without duplicates).
-    SELECT
-<<_job_columns>>,
-        row->>11 AS on_parent_failure,
-        row->12 AS parents
-    FROM jsonb_array_elements(%(jobs)s::jsonb) AS row
-),
-edge AS (
-    SELECT input.id AS child_id, p.id::uuid AS parent_id
-    FROM input CROSS JOIN LATERAL jsonb_array_elements_text(input.parents) AS p(id)
-),
+<<_jobs_with_parents>>,
 planned AS (
     SELECT input.*,
         (SELECT count(*) FROM edge WHERE edge.child_id = input.id) AS parent_count,

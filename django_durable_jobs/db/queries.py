@@ -6,7 +6,7 @@ so on); a header line ``-- name --`` starts each query, the comment lines
 after it describe it. A name starting with ``_`` is a fragment, not a
 query: a line ``<<_name>>`` (or ``<<_name>>,``, to go on with a WITH) in a
 query stands for it (the claim queries share their UPDATE that way, the
-inserts their column list). Fragments and names are shared by all the
+inserts their column list), and may itself include fragments. Fragments and names are shared by all the
 files: a name is defined once in the package. Only the gateway (``db/``)
 runs them.
 """
@@ -43,11 +43,15 @@ def parse_queries(text: str) -> dict[str, str]:
         parsed[name] = sql.rstrip(";").rstrip()
     fragments = {name: sql for name, sql in parsed.items() if name.startswith("_")}
 
-    def include(match: re.Match[str]) -> str:
+    def include(match: re.Match[str], within: tuple[str, ...] = ()) -> str:
         name = match.group(1)
         if name not in fragments:
             raise ValueError(f"fragment {name!r} is not defined")
-        return fragments[name] + match.group(2)
+        if name in within:
+            raise ValueError(f"fragment {name!r} includes itself")
+        # A fragment may include others (the rows with parents, their columns).
+        body = _INCLUDE.sub(lambda inner: include(inner, (*within, name)), fragments[name])
+        return body + match.group(2)
 
     return {
         name: _INCLUDE.sub(include, sql) for name, sql in parsed.items() if not name.startswith("_")

@@ -153,24 +153,7 @@ def test_reaper_and_listing_indexes_serve_their_queries(big_table: None) -> None
 
 
 def test_what_is_held_back_is_counted_by_index_never_a_seq_scan(big_table: None) -> None:
-    with queue_connection.cursor() as cursor:
-        # A keyed backlog: 40 keys of a type limited to 1, 20 of them busy.
-        cursor.execute(
-            """
-            INSERT INTO durable_jobs_job (
-                id, type, queue, payload, status, priority, attempts, max_attempts,
-                available_at, created_at, updated_at, last_error, errors,
-                lease_expires_at, concurrency_key
-            )
-            SELECT gen_random_uuid(), 'tests.serial', 'default', '{}',
-                   CASE WHEN i <= 20 THEN 'running' ELSE 'pending' END, 0, 0, 5,
-                   now() - interval '1 minute', now(), now(), '', '[]',
-                   CASE WHEN i <= 20 THEN now() + interval '30 seconds' END,
-                   'customer:' || (i % 40)
-            FROM generate_series(1, 2000) AS i
-            """
-        )
-        cursor.execute("ANALYZE durable_jobs_job")
+    _keyed_backlog()
     pause_queue("default")
     # emails is full (a third of the running jobs are its), reports is rate-limited:
     # every query held_back() may run, runs.

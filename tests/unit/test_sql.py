@@ -75,3 +75,20 @@ def test_a_fragment_may_open_a_with_and_go_on_after_a_comma() -> None:
 
 def test_no_query_keeps_an_include_line() -> None:
     assert not [name for name, sql in QUERIES.items() if "<<" in sql]
+
+
+def test_a_fragment_may_include_another() -> None:
+    text = (
+        "-- _columns --\na, b\n"
+        "-- _ctes --\nWITH input AS (\nSELECT\n<<_columns>>\nFROM t\n)\n"
+        "-- q --\n<<_ctes>>,\nmore AS (SELECT 2)\nSELECT 3;\n"
+    )
+    assert parse_queries(text) == {
+        "q": "WITH input AS (\nSELECT\na, b\nFROM t\n),\nmore AS (SELECT 2)\nSELECT 3"
+    }
+
+
+def test_a_fragment_that_includes_itself_is_an_error() -> None:
+    text = "-- _a --\nx\n<<_b>>\n-- _b --\ny\n<<_a>>\n-- q --\n<<_a>>;\n"
+    with pytest.raises(ValueError, match="includes itself"):
+        parse_queries(text)
