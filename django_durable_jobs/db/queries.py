@@ -6,9 +6,9 @@ so on); a header line ``-- name --`` starts each query, the comment lines
 after it describe it. A name starting with ``_`` is a fragment, not a
 query: a line ``<<_name>>`` (or ``<<_name>>,``, to go on with a WITH) in a
 query stands for it (the claim queries share their UPDATE that way, the
-inserts their column list), and may itself include fragments. Fragments and names are shared by all the
-files: a name is defined once in the package. Only the gateway (``db/``)
-runs them.
+inserts their column list), and may itself include fragments. Fragments
+and names are shared by all the files: a name is defined once in the
+package. Only the gateway (``db/``) runs them.
 """
 
 from __future__ import annotations

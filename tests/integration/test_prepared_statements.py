@@ -168,27 +168,10 @@ def test_the_generic_plans_use_indexes_on_a_big_table(big_table: None, generic_o
         20,
     )
     first, second = uuid.uuid4(), uuid.uuid4()
+    # insert_jobs' eleven columns, then on_parent_failure and the parents.
+    columns = ["tests.record", "default", {}, None, 0, 5, 0, None, None, None, "cancel"]
     shape = {
-        "jobs": json.dumps(
-            [
-                [
-                    str(job),
-                    "tests.record",
-                    "default",
-                    {},
-                    None,
-                    0,
-                    5,
-                    0,
-                    None,
-                    None,
-                    None,
-                    "cancel",
-                    parents,
-                ]  # fmt: skip
-                for job, parents in [(first, []), (second, [str(first)])]
-            ]
-        ),
+        "jobs": json.dumps([[str(first), *columns, []], [str(second), *columns, [str(first)]]]),
         "channel": "durable_jobs",
         "trace_context": None,
     }
