@@ -79,8 +79,10 @@ def test_wait_answers_with_the_job_once_it_is_finished(
     assert response.json()["status"] == JobStatus.COMPLETED
     assert response.json()["result"] == {"echo": 1}
     # Woken by the job's end, not answered at the 20 s deadline (nor the 60 s
-    # poll). How soon: benchmarks/waiting.py.
-    assert naps and naps[-1] is True, naps
+    # poll): no nap ran to its end. None at all when the job ended between the
+    # request's registering and its first nap (seen in CI on a loaded machine).
+    # How soon: benchmarks/waiting.py.
+    assert False not in naps, naps
     assert waiting_requests.held == 0
 
 
