@@ -14,12 +14,15 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_durable_jobs import InvalidJob, db, enqueue, enqueue_many
+from django_durable_jobs.db.flow_control import KEY_LOCK_SPACE
+from django_durable_jobs.db.queries import QUERIES
 from django_durable_jobs.db.records import ClaimedJob, Outcome, Transition
 from django_durable_jobs.models import Job, JobStatus
 from tests.factories import (
     RunningWorker,
     finish,
     most_running_at_once,
+    queue_connection,
     wait_until,
     worker_config,
 )
@@ -143,6 +146,24 @@ def test_a_key_s_jobs_start_after_its_last_one_ended_as_the_rows_record_it() -> 
     jobs = list(Job.objects.all())
     assert all(job.status == JobStatus.COMPLETED for job in jobs)
     assert most_running_at_once(jobs) == 1
+
+
+def test_the_keyed_claim_returns_the_plain_claim_s_columns() -> None:
+    # The keyed claim's function (migration 0004) repeats the plain claim's
+    # UPDATE and its columns, frozen in the migration: a column added to one
+    # must be added to the other (a new migration replacing the function).
+    common = {"limit": 0, "worker_id": "w", "lease_seconds": 30.0, "excluded": []}
+    with queue_connection.cursor() as cursor:
+        cursor.execute(QUERIES["claim_jobs"], {**common, "keyed_types": []})
+        plain = [column.name for column in cursor.description]
+        cursor.execute(
+            QUERIES["claim_keyed"],
+            {**common, "types": ["tests.serial"], "limits": [1], "queues": None,
+             "scan": 0, "lock_space": KEY_LOCK_SPACE},
+        )  # fmt: skip
+        keyed = [column.name for column in cursor.description]
+    assert keyed == plain
+    assert len(plain) == len(ClaimedJob._fields)
 
 
 def test_jobs_with_a_key_of_a_type_without_a_limit_run_unlimited() -> None:
