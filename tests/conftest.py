@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 # process of their own (tests/e2e/test_userproject.py), never in this one.
 collect_ignore = ["userproject"]
 
+# --cpu-durations=N: what CI, bound by CPU, should cut first (tests/cpu_durations.py).
+pytest_plugins = ["tests.cpu_durations"]
+
 
 @pytest.fixture
 def clean_registry() -> Iterator[None]:
