@@ -25,6 +25,11 @@ from .helpers import explain, relations
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture
+def big_table(big_table_for_the_module: None) -> None:
+    """Every test here reads the same 50,500 rows: written once for the module."""
+
+
 def row(job_id: uuid.UUID, parents: list[uuid.UUID]) -> list[Any]:
     """A row of insert_jobs_with_parents' document: insert_jobs' eleven columns, then
     on_parent_failure and the parents."""
