@@ -62,7 +62,8 @@ class _Collector:
             return
         for key, value in report.user_properties:
             if key == _KEY:
-                self.seconds[report.nodeid] = float(value)
+                # schemathesis gives each operation's test the same node id: add them up.
+                self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + float(value)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.seconds:
@@ -73,6 +74,16 @@ class _Collector:
         for nodeid, seconds in ranked[: self.count]:
             terminalreporter.write_line(f"{seconds:7.2f}s cpu  {nodeid}")
         terminalreporter.write_line(f"{total:7.2f}s cpu  in all (PostgreSQL's not counted)")
+        # Per file too: a file's many cheap tests can cost more than its one slow test.
+        files: dict[str, float] = {}
+        for nodeid, seconds in self.seconds.items():
+            path = nodeid.split("::", 1)[0]
+            files[path] = files.get(path, 0.0) + seconds
+        terminalreporter.write_sep("-", f"most CPU by file: {self.count} of {len(files)}")
+        for path, seconds in sorted(files.items(), key=lambda kv: kv[1], reverse=True)[
+            : self.count
+        ]:
+            terminalreporter.write_line(f"{seconds:7.2f}s cpu  {path}")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -11,7 +11,6 @@ from django.db import transaction
 from django.test import override_settings
 
 from django_durable_jobs import db
-
 from tests.factories import FAST_BACKOFF, queue_connection
 
 

@@ -46,6 +46,7 @@ pytestmark = pytest.mark.django_db
 def big_table(big_table_for_the_module: None) -> None:
     """Every test here reads the same 50,500 rows: written once for the module."""
 
+
 PARAMS = {
     "limit": 10,
     "worker_id": "w",
