@@ -47,8 +47,8 @@ def test_overlapping_keys_over_http_and_threads_make_one_job_per_key(
 ) -> None:
     random, seed = rng()
     alias = database.alias
-    keys = [f"order-{i}" for i in range(mode.pick(short=200, long=1_000))]
-    per_client = mode.pick(short=12, long=60)
+    keys = [f"order-{i}" for i in range(mode.pick(short=100, long=1_000))]
+    per_client = mode.pick(short=6, long=60)
     user = make_user("chaos-client", superuser=True, using=alias)
     token = Token.objects.using(alias).create(user=user).key
     samples = [

@@ -29,7 +29,7 @@ LOW_WATER, REFILL = 600, 600
 
 def test_a_rolling_restart_runs_no_job_twice(database: Database, fleet: Fleet, mode: Mode) -> None:
     random, seed = rng()
-    rounds = mode.pick(short=2, long=5)
+    rounds = mode.pick(short=1, long=5)
     sleep = (0.02, 0.2)
     jobs = enqueue_flow(database.alias, 2 * REFILL, sleep=sleep, random_=random)
     started = time.monotonic()

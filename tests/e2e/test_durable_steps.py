@@ -91,7 +91,7 @@ def test_sigkills_after_step_two_rerun_only_step_three(workers: Workers) -> None
             pid = int(holder.split(":")[-2]) if holder else 0
             if pid in procs and procs[pid].poll() is None:
                 victims[pid] = pk
-        if victims and kills < size(15, 60):
+        if victims and kills < size(10, 60):
             pid, pk = next(iter(victims.items()))
             procs[pid].send_signal(signal.SIGKILL)
             assert procs.pop(pid).wait(30) == -signal.SIGKILL
