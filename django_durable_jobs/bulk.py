@@ -5,8 +5,9 @@ rows: reading their ids into memory, or changing them in one transaction
 (locks held for minutes, a rollback that throws it all away), is not an
 option. Here the matching jobs are walked newest first, a batch at a time,
 by keyset on ``(created_at, id)``, the order of the job table's listing
-indexes (``durable_jobs_status_idx``, ``_type_idx``, ``_queue_idx``,
-``_created_idx``), so each batch resumes where the last one stopped and
+indexes (the history partitions' by status, type, queue and creation; the
+active partition's ``durable_jobs_created_idx`` and, for waiting and dead
+jobs, ``durable_jobs_held_idx``), so each batch resumes where the last one stopped and
 the whole run reads the matching range once. Each batch is its own
 transaction: it locks its jobs in id order (the order an enqueue locks its
 parents and a worker writes its outcomes, so none of them deadlocks with

@@ -65,10 +65,10 @@ LEASE_INDEX = "durable_jobs_lease_idx"
 KEY_PENDING_INDEX = "durable_jobs_key_pending_idx"
 CLAIM_KEYED_INDEX = "durable_jobs_claim_keyed_idx"
 KEY_RUNNING_INDEX = "durable_jobs_key_running_idx"
-STATUS_INDEX = "durable_jobs_status_idx"
 CREATED_INDEX = "durable_jobs_created_idx"
-TYPE_INDEX = "durable_jobs_type_idx"
-QUEUE_INDEX = "durable_jobs_queue_idx"
+#: Waiting and dead jobs by status, newest first (the Dead jobs list, the
+#: job list filtered by one of these statuses, bulk requeue of dead jobs).
+HELD_INDEX = "durable_jobs_held_idx"
 FINISHED_INDEX = "durable_jobs_finished_idx"
 #: Waiting and dead jobs per queue (the admin's Queues page counts them).
 QUEUE_HELD_INDEX = "durable_jobs_queue_held_idx"

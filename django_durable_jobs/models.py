@@ -33,18 +33,16 @@ from .constants import (
     EVENT_KEY_MAX_LENGTH,
     EVENT_WAITER_KEY_INDEX,
     FINISHED_INDEX,
+    HELD_INDEX,
     IDEMPOTENCY_KEY_MAX_LENGTH,
     KEY_PENDING_INDEX,
     KEY_RUNNING_INDEX,
     LEASE_HOLDER_MAX_LENGTH,
     LEASE_INDEX,
     QUEUE_HELD_INDEX,
-    QUEUE_INDEX,
     QUEUE_MAX_LENGTH,
-    STATUS_INDEX,
     STEP_NAME_MAX_LENGTH,
     STEP_UNIQUE,
-    TYPE_INDEX,
     TYPE_MAX_LENGTH,
 )
 from .ids import new_job_id
@@ -270,15 +268,22 @@ class Job(models.Model):
             models.Index(
                 fields=["lease_expires_at"], name=LEASE_INDEX, condition=Q(status="running")
             ),
-            # Serves listings by status, newest first (API, admin, CLI).
-            models.Index(fields=["status", "-created_at"], name=STATUS_INDEX),
-            # Serve the admin's list (newest first), its date hierarchy
-            # (min/max of created_at) and its type and queue filters. Without
-            # them, a page of a rare type would scan the table. Each index
-            # costs a little on every write, so there is no more than these.
+            # Serves the lists of jobs in flight, newest first (admin, API,
+            # CLI), and the admin's date hierarchy (min/max of created_at).
+            # The active partition has no index by status, type or queue of
+            # every row: each would take an entry from every enqueue and every
+            # claim (migration 0005, docs/benchmarks.md). A filtered list
+            # reads this index newest first, past the rows that do not match;
+            # the history partitions have those indexes (db/partitions.py).
             models.Index(fields=["-created_at"], name=CREATED_INDEX),
-            models.Index(fields=["type", "-created_at"], name=TYPE_INDEX),
-            models.Index(fields=["queue", "-created_at"], name=QUEUE_INDEX),
+            # Serves the lists of waiting and dead jobs, newest first (the
+            # Dead jobs list, bulk requeue). Partial: a job pays for it only
+            # when it enters waiting or dead.
+            models.Index(
+                fields=["status", "-created_at"],
+                name=HELD_INDEX,
+                condition=Q(status__in=["waiting", "dead"]),
+            ),
             # Serves pruning (retention and `jobs prune`): finished jobs,
             # oldest first. Partial, so pending and running jobs (the hot
             # rows) never pay for it.

@@ -89,8 +89,11 @@ class _ValueListFilter(admin.SimpleListFilter):
     table to list their choices: millions of rows read on every page view.
     These list the values the code knows (the handler registry, the
     settings) plus the selected value, so ``?type=old.handler`` works for a
-    type no longer registered; the filtering itself uses an index
-    (``durable_jobs_type_idx``, ``durable_jobs_queue_idx``).
+    type no longer registered. The filtering reads an index in the list's
+    order: each history partition's own index by type or queue, and the
+    active partition's ``durable_jobs_created_idx``, the filter checked on
+    each row (the active partition has no index by type or queue: migration
+    0005).
     """
 
     field_name: str
@@ -367,8 +370,9 @@ class JobAdmin(BoundedJobListMixin, JobModelAdmin):
     search_fields = ("=id", "=type", "=idempotency_key")
     search_help_text = _("Exact match on a job id, a type or an idempotency key.")
     date_hierarchy = "created_at"
-    # Newest first, served by durable_jobs_created_idx (and by the status,
-    # type and queue indexes when filtered); Django adds "-pk" as tiebreak.
+    # Newest first, served by durable_jobs_created_idx (and, when filtered, by
+    # the history partitions' status, type and queue indexes and the active
+    # one's held index); Django adds "-pk" as tiebreak.
     ordering = ("-created_at",)
     # Sorting by a column would sort the whole (filtered) table.
     sortable_by = ()
@@ -1117,7 +1121,7 @@ class DeadJobAdmin(JobAdmin):
     """The dead-letter queue: the "Dead jobs" entry of the sidebar.
 
     Same pages as ``JobAdmin`` on the dead rows only (the proxy's manager
-    filters them; ``durable_jobs_status_idx`` serves it). Requeue is the one
+    filters them; ``durable_jobs_held_idx`` serves it). Requeue is the one
     action that applies to a dead job. The job permissions apply here too.
     """
 

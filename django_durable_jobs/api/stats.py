@@ -63,7 +63,7 @@ def job_stats(using: str | None = None) -> dict[str, Any]:
     jobs in full (at most the workers' slots). Completed and
     cancelled jobs, the history, are counted exactly while there are at most
     ``FINISHED_COUNT_LIMIT`` of a status (the newest of them, read through
-    ``durable_jobs_status_idx``); past that, each number of that status is the
+    each history partition's status index); past that, each number of that status is the
     planner's estimate. ``estimated`` lists the statuses whose numbers are
     estimates.
     """

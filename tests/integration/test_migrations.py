@@ -21,16 +21,18 @@ from django.apps import apps
 from django.core.management import call_command
 from django.db import connections
 from django.db.migrations.loader import MigrationLoader
+from django.test.utils import CaptureQueriesContext
 
 from django_durable_jobs import db
 from django_durable_jobs.constants import (
     CLAIM_INDEX,
     CLAIM_QUEUE_INDEX,
+    CREATED_INDEX,
+    HELD_INDEX,
     IDEMPOTENCY_CONSTRAINT,
     LEASE_INDEX,
     QUEUE_HELD_INDEX,
     QUEUE_STATUS_STATISTICS,
-    STATUS_INDEX,
 )
 from django_durable_jobs.models import Job
 from tests.factories import queue_connection
@@ -149,7 +151,16 @@ def test_indexes_exist_with_their_definitions() -> None:
     assert "priority DESC, available_at, created_at" in indexes[CLAIM_INDEX]
     assert "WHERE ((status)::text = 'pending'::text)" in indexes[CLAIM_INDEX]
     assert "WHERE ((status)::text = 'running'::text)" in indexes[LEASE_INDEX]
-    assert "status, created_at DESC" in indexes[STATUS_INDEX]
+    # The active partition's lists of jobs in flight: newest first, and the
+    # waiting and dead jobs by status (migration 0005); no index by status,
+    # type or queue of every row (each would take an entry from every enqueue
+    # and claim), while each history partition has those.
+    assert (
+        "ON public.durable_jobs_job_active USING btree (created_at DESC)" in indexes[CREATED_INDEX]
+    )
+    assert "(status, created_at DESC) WHERE" in indexes[HELD_INDEX]
+    for gone in ("durable_jobs_status_idx", "durable_jobs_type_idx", "durable_jobs_queue_idx"):
+        assert gone not in indexes, gone
     assert "queue, priority DESC, available_at, created_at" in indexes[CLAIM_QUEUE_INDEX]
     # The claim's indexes are the active partition's, under the models' names.
     assert "ON public.durable_jobs_job_active " in indexes[CLAIM_INDEX]
@@ -316,3 +327,28 @@ def test_0003_moves_the_jobs_in_flight_and_dead_and_keeps_the_finished_ones_and_
         "cancelled": "durable_jobs_job_past",
     }
     assert keys == sorted(f"key-{s}" for s in statuses)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0005_builds_and_drops_concurrently_where_migrate_runs_outside_a_transaction() -> None:
+    """A live queue keeps writing while 0005 runs: each index is built and dropped
+    ``CONCURRENTLY``, which only autocommit allows (a test's transaction has the plain
+    statements: the schema tests above)."""
+    alias = db.database_alias()
+    try:
+        with CaptureQueriesContext(connections[alias]) as back:
+            call_command("migrate", APP, "0004", verbosity=0, database=alias)
+        restored = _schema()["indexes"]
+        for name in ("durable_jobs_status_idx", "durable_jobs_type_idx", "durable_jobs_queue_idx"):
+            assert "ON public.durable_jobs_job_active " in restored[name], name
+        assert HELD_INDEX not in restored
+    finally:
+        with CaptureQueriesContext(connections[alias]) as forth:
+            call_command("migrate", APP, verbosity=0, database=alias)
+    statements = [query["sql"] for query in back.captured_queries + forth.captured_queries]
+    index_statements = [sql for sql in statements if " INDEX " in sql]
+    assert len(index_statements) == 8, statements
+    assert all(" INDEX CONCURRENTLY IF " in sql for sql in index_statements), index_statements
+    indexes = _schema()["indexes"]
+    assert "WHERE ((status)::text = ANY" in indexes[HELD_INDEX]
+    assert "durable_jobs_type_idx" not in indexes
