@@ -31,7 +31,7 @@ from typing import Any
 from django.db import migrations, models
 
 ACTIVE = "durable_jobs_job_active"
-HELD = "durable_jobs_held_idx"
+HELD = {"durable_jobs_held_idx": "(status, created_at DESC) WHERE status IN ('waiting', 'dead')"}
 DROPPED = {
     "durable_jobs_status_idx": "(status, created_at DESC)",
     "durable_jobs_type_idx": "(type, created_at DESC)",
@@ -39,39 +39,39 @@ DROPPED = {
 }
 
 
-def _run(schema_editor: Any, statements: list[str]) -> None:
-    # CONCURRENTLY cannot run in a transaction block: a migrate run inside
-    # one (a test's transaction) builds and drops the plain way, under a
-    # lock that no other session waits for there.
-    concurrently = not schema_editor.connection.in_atomic_block
-    for statement in statements:
-        if not concurrently:
-            statement = statement.replace(" CONCURRENTLY", "")
-        schema_editor.execute(statement)
+def _swap(schema_editor: Any, build: dict[str, str], drop: list[str]) -> None:
+    """Build the indexes of ``build`` ({name: columns and predicate}) on the active
+    partition, then drop those named in ``drop``.
+
+    CONCURRENTLY cannot run in a transaction block: a migrate run inside one (a
+    test's transaction) builds and drops the plain way, under a lock no other
+    session waits for there. An interrupted concurrent build leaves its index
+    behind, invalid, and ``IF NOT EXISTS`` would keep it: such an index is
+    dropped and built again, so running ``migrate`` again is the way to resume.
+    """
+    how = "" if schema_editor.connection.in_atomic_block else " CONCURRENTLY"
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT index.relname FROM pg_index"
+            " JOIN pg_class AS index ON index.oid = pg_index.indexrelid"
+            " WHERE index.relname = ANY(%s) AND NOT pg_index.indisvalid",
+            [list(build)],
+        )
+        invalid = {name for (name,) in cursor.fetchall()}
+    for name, definition in build.items():
+        if name in invalid:
+            schema_editor.execute(f"DROP INDEX{how} {name}")
+        schema_editor.execute(f"CREATE INDEX{how} IF NOT EXISTS {name} ON {ACTIVE} {definition}")
+    for name in drop:
+        schema_editor.execute(f"DROP INDEX{how} IF EXISTS {name}")
 
 
 def forwards(apps: Any, schema_editor: Any) -> None:
-    _run(
-        schema_editor,
-        [
-            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {HELD} ON {ACTIVE}"
-            " (status, created_at DESC) WHERE status IN ('waiting', 'dead')",
-            *(f"DROP INDEX CONCURRENTLY IF EXISTS {name}" for name in DROPPED),
-        ],
-    )
+    _swap(schema_editor, build=HELD, drop=list(DROPPED))
 
 
 def backwards(apps: Any, schema_editor: Any) -> None:
-    _run(
-        schema_editor,
-        [
-            *(
-                f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {ACTIVE} {columns}"
-                for name, columns in DROPPED.items()
-            ),
-            f"DROP INDEX CONCURRENTLY IF EXISTS {HELD}",
-        ],
-    )
+    _swap(schema_editor, build=DROPPED, drop=list(HELD))
 
 
 class Migration(migrations.Migration):
@@ -90,7 +90,7 @@ class Migration(migrations.Migration):
                     model_name="job",
                     index=models.Index(
                         fields=["status", "-created_at"],
-                        name=HELD,
+                        name="durable_jobs_held_idx",
                         condition=models.Q(status__in=["waiting", "dead"]),
                     ),
                 ),

@@ -352,3 +352,34 @@ def test_0005_builds_and_drops_concurrently_where_migrate_runs_outside_a_transac
     indexes = _schema()["indexes"]
     assert "WHERE ((status)::text = ANY" in indexes[HELD_INDEX]
     assert "durable_jobs_type_idx" not in indexes
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0005_run_again_rebuilds_an_index_that_an_interrupted_concurrent_build_left_invalid() -> (
+    None
+):
+    """An interrupted ``CREATE INDEX CONCURRENTLY`` leaves its index behind, invalid;
+    ``IF NOT EXISTS`` alone would keep it, and the Dead jobs list would read no index."""
+    alias = db.database_alias()
+    try:
+        call_command("migrate", APP, "0004", verbosity=0, database=alias)
+        with connections[alias].cursor() as cursor:
+            cursor.execute(
+                f"CREATE INDEX {HELD_INDEX} ON durable_jobs_job_active (status, created_at DESC)"
+                " WHERE status IN ('waiting', 'dead')"
+            )
+            # What the interrupted build leaves (PostgreSQL marks it so until it ends).
+            cursor.execute(
+                "UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass",
+                [HELD_INDEX],
+            )
+    finally:
+        with CaptureQueriesContext(connections[alias]) as forth:
+            call_command("migrate", APP, verbosity=0, database=alias)
+    statements = [query["sql"] for query in forth.captured_queries]
+    assert f"DROP INDEX CONCURRENTLY {HELD_INDEX}" in statements, statements
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = %s::regclass", [HELD_INDEX]
+        )
+        assert cursor.fetchone() == (True,)
