@@ -110,7 +110,7 @@ def report(n: int, top: int) -> None:
     )
 
 
-def explain(n: int) -> None:
+def explain(n: int, limit: int) -> None:
     bench.reset()
     bench.fill(n)
     from django.db import connection, transaction
@@ -119,17 +119,27 @@ def explain(n: int) -> None:
     from django_durable_jobs.db.queries import QUERIES
     from django_durable_jobs.worker import outcomes
 
-    params = {"worker_id": "explain", "lease_seconds": 30.0, "limit": 64}
+    # The claim's parameters as db.claim() passes them (no queue excluded or keyed).
+    params = {
+        "worker_id": "explain",
+        "lease_seconds": 30.0,
+        "limit": limit,
+        "excluded": [],
+        "keyed_types": [],
+    }
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS, WAL) " + QUERIES["claim_jobs"], params)
-        print("\nclaim_jobs, limit 64:\n" + "\n".join(r[0] for r in cursor.fetchall()))
+        print(f"\nclaim_jobs, limit {limit}:\n" + "\n".join(r[0] for r in cursor.fetchall()))
         transaction.set_rollback(True)
-    jobs = db.claim("default", worker_id="explain", lease_seconds=30.0, limit=64)
+    jobs = db.claim("default", worker_id="explain", lease_seconds=30.0, limit=limit)
     done = [outcomes.complete(job, "null") for job in jobs]
     with transaction.atomic(), connection.cursor() as cursor:
         document = db._outcomes_params(done, 20)
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS, WAL) " + QUERIES["record_outcomes"], document)
-        print("\nrecord_outcomes, 64 completions:\n" + "\n".join(r[0] for r in cursor.fetchall()))
+        print(
+            f"\nrecord_outcomes, {len(done)} completions:\n"
+            + "\n".join(r[0] for r in cursor.fetchall())
+        )
         transaction.set_rollback(True)
 
 
@@ -140,6 +150,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=5439, help="default: %(default)s")
     parser.add_argument("--top", type=int, default=15, help="default: %(default)s")
     parser.add_argument("--explain", action="store_true")
+    parser.add_argument(
+        "--explain-limit", type=int, default=256, help="jobs a claim (default: %(default)s)"
+    )
     args = parser.parse_args()
     with throwaway_cluster(args.port) as url:
         bench.ensure_database(url)
@@ -162,7 +175,7 @@ def main() -> None:
         print(f"{completed} of {args.n} jobs completed in {wall:.2f} s (one burst worker)")
         report(args.n, args.top)
         if args.explain:
-            explain(min(args.n, 5_000))
+            explain(min(args.n, 5_000), args.explain_limit)
 
 
 if __name__ == "__main__":
