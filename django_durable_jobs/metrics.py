@@ -194,10 +194,17 @@ _RESULT_INDEX = {
 def record_claimed(jobs: Iterable[ClaimedJob]) -> None:
     """Jobs just claimed: in flight, and how long they waited to start."""
     if ENABLED:
+        # One increment of the gauge per queue, not per job: a claim brings
+        # hundreds of jobs of one queue, and each call takes the child's lock.
+        claimed: dict[str, int] = {}
         for job in jobs:
-            in_flight, wait = _queue_children(job.queue)
-            in_flight.inc()
-            wait.observe(max((job.started_at - job.available_at).total_seconds(), 0.0))
+            queue = job.queue
+            claimed[queue] = claimed.get(queue, 0) + 1
+            _queue_children(queue)[1].observe(
+                max((job.started_at - job.available_at).total_seconds(), 0.0)
+            )
+        for queue, count in claimed.items():
+            _queue_children(queue)[0].inc(count)
 
 
 def record_finished(job: ClaimedJob, transition: Transition, duration: float) -> None:

@@ -99,7 +99,6 @@ def execute(
     has one (``unknown_types.py``); ``give_back_unknown=False`` sends it
     ``dead`` at once instead (``run_jobs``: a test has no other worker).
     """
-    log_fields = _log_fields(job, worker_id)
     # Not a @job type: maybe an integration's (a Django Tasks @task).
     handler = registry.get(job.type) or hooks.resolve_handler(job.type, job.payload)
     if handler is None:
@@ -111,7 +110,9 @@ def execute(
         if attempt is None:
             return None
         if attempt.cancel.requested:  # cancelled while it waited for a thread
-            return _cancelled(job, worker_id, time.perf_counter(), log_fields, None, ran=False)
+            return _cancelled(
+                job, worker_id, time.perf_counter(), _log_fields(job, worker_id), None, ran=False
+            )
     ctx = JobContext(
         id=job.id,
         type=job.type,
@@ -134,7 +135,7 @@ def execute(
     )
     # One constant's test without OpenTelemetry (see tracing.py).
     traced = tracing.start_attempt(job, worker_id) if tracing.AVAILABLE else None
-    run = (job, worker_id, policy, handler, ctx, attempt, event_loop, log_fields, fresh_connection)
+    run = (job, worker_id, policy, handler, ctx, attempt, event_loop, fresh_connection)
     if traced is None:
         return _run(*run, None)
     try:
@@ -168,12 +169,13 @@ def _run(
     ctx: JobContext,
     attempt: Attempt | None,
     event_loop: EventLoop | None,
-    log_fields: dict[str, object],
     fresh_connection: bool,
     traced: tracing.AttemptSpan | None,
 ) -> Outcome | None:
     """The attempt, from its handler's call to the outcome (``execute``'s second half);
-    None when the handler suspended the job."""
+    None when the handler suspended the job. The log lines' fields are built
+    only for a line that is written: a completed attempt's INFO line is the
+    one on every job's path, and a worker often logs at WARNING."""
     started = time.perf_counter()
     # Handlers that use the ORM get this thread's own connection; drop it if
     # it is broken or past CONN_MAX_AGE, as Django does before a request.
@@ -190,7 +192,7 @@ def _run(
             # After a cancel of the job, whatever the handler raised (JobCancelled
             # from ctx.check(), or anything else) ends the attempt cancelled.
             if attempt is not None and attempt.cancel.requested:
-                return _cancelled(job, worker_id, started, log_fields, exc)
+                return _cancelled(job, worker_id, started, _log_fields(job, worker_id), exc)
             raise
     except Discard as exc:
         outcome = outcomes.dead(job, worker_id, describe(exc))
@@ -198,7 +200,7 @@ def _run(
             "Job discarded id=%s type=%s attempt=%s/%s worker=%s duration=%.3f: %s",
             job.id, job.type, job.attempt, job.max_attempts, worker_id,
             time.perf_counter() - started, exc,
-            extra={**log_fields, "duration": time.perf_counter() - started},
+            extra={**_log_fields(job, worker_id), "duration": time.perf_counter() - started},
         )  # fmt: skip
         return outcome
     except Retry as exc:
@@ -210,7 +212,9 @@ def _run(
                 job.id, job.type, exc.after, MAX_DELAY_SECONDS,
             )  # fmt: skip
             requested = (None, None)
-        return _failed(job, worker_id, policy, exc, started, log_fields, requested=requested)
+        return _failed(
+            job, worker_id, policy, exc, started, _log_fields(job, worker_id), requested=requested
+        )
     except Exception as exc:
         # The worker gave up on the attempt before the handler stopped (time
         # limit, lost lease, end of the shutdown grace): the job was taken
@@ -222,9 +226,12 @@ def _run(
         if quiet:
             logger.info(
                 "Handler of job %s type=%s stopped after the worker gave up on attempt %s: %s",
-                job.id, job.type, job.attempt, type(exc).__name__, extra=log_fields,
+                job.id, job.type, job.attempt, type(exc).__name__,
+                extra=_log_fields(job, worker_id),
             )  # fmt: skip
-        return _failed(job, worker_id, policy, exc, started, log_fields, quiet=quiet)
+        return _failed(
+            job, worker_id, policy, exc, started, _log_fields(job, worker_id), quiet=quiet
+        )
     except Suspended as exc:
         # Written and committed by the handler's thread (steps.py): nothing
         # to record. The attempt table lets the attempt go (no outcome, no
@@ -237,35 +244,38 @@ def _run(
             "Job suspended id=%s type=%s attempt=%s/%s worker=%s duration=%.3f reason=%s%s",
             job.id, job.type, job.attempt, job.max_attempts, worker_id, duration, exc.reason,
             f" until={exc.wakes_at.isoformat()}" if exc.wakes_at is not None else "",
-            extra={**log_fields, "duration": duration, "reason": exc.reason},
+            extra={**_log_fields(job, worker_id), "duration": duration, "reason": exc.reason},
         )  # fmt: skip
         return None
     except BaseException as exc:  # KeyboardInterrupt, SystemExit: not the job's failure
         logger.warning(
             "Handler raised %s id=%s type=%s attempt=%s worker=%s: giving the job back and "
             "shutting down",
-            type(exc).__name__, job.id, job.type, job.attempt, worker_id, extra=log_fields,
+            type(exc).__name__, job.id, job.type, job.attempt, worker_id,
+            extra=_log_fields(job, worker_id),
         )  # fmt: skip
         raise StopWorker(release(job.id, job.lease_token), exc) from exc
 
     if attempt is not None and attempt.cancel.requested:
-        return _cancelled(job, worker_id, started, log_fields, None)
+        return _cancelled(job, worker_id, started, _log_fields(job, worker_id), None)
     duration = time.perf_counter() - started
     try:
-        result_json = _RESULT_ENCODER.encode(value)
+        # None, what most handlers return, without the encoder's call.
+        result_json = "null" if value is None else _RESULT_ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         # The work is done; running it again to get a storable result would
         # repeat its side effects. Keep the job completed, say why no result.
         logger.warning(
             "Job result not stored id=%s type=%s: not JSON-serialisable (%s)",
-            job.id, job.type, exc, extra=log_fields,
+            job.id, job.type, exc, extra=_log_fields(job, worker_id),
         )  # fmt: skip
         result_json = "null"
-    logger.info(
-        "Job completed id=%s type=%s attempt=%s/%s worker=%s duration=%.3f",
-        job.id, job.type, job.attempt, job.max_attempts, worker_id, duration,
-        extra={**log_fields, "duration": duration},
-    )  # fmt: skip
+    if logger.isEnabledFor(logging.INFO):
+        logger.info(
+            "Job completed id=%s type=%s attempt=%s/%s worker=%s duration=%.3f",
+            job.id, job.type, job.attempt, job.max_attempts, worker_id, duration,
+            extra={**_log_fields(job, worker_id), "duration": duration},
+        )  # fmt: skip
     return outcomes.complete(job, result_json)
 
 
