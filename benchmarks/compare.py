@@ -464,6 +464,7 @@ def ensure_venv(cache: Path, sha: str, src: Path) -> Path:
     stamp = venv / ".compare-installed"
     wanted = f"{sha} {sys.version}"
     if stamp.exists() and stamp.read_text() == wanted and python.exists():
+        byte_compile(python, src)
         return python
     uv = shutil.which("uv")
     if venv.exists():
@@ -476,8 +477,29 @@ def ensure_venv(cache: Path, sha: str, src: Path) -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         install = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run([*install, "-e", f"{src}[example]"], check=True)
+    byte_compile(python, src)
     stamp.write_text(wanted)
     return python
+
+
+def byte_compile(python: Path, src: Path) -> None:
+    """Byte-compile the side's venv and source tree, as a user's ``pip install`` leaves them.
+
+    uv installs without compiling, and nothing compiles an editable tree:
+    where PYTHONDONTWRITEBYTECODE is set, every worker process then compiled
+    Django, psycopg and ours from source at start-up (0.55 s of CPU a
+    process on this machine, against 0.36 s for the whole start of a
+    compiled one), which both sides paid and which made every ratio read
+    nearer 1. Quick once done: compileall skips what is up to date.
+    """
+    code = (
+        "import compileall, sys, sysconfig; "
+        "ok = all(compileall.compile_dir(d, quiet=1, workers=0) "
+        "for d in [sysconfig.get_paths()['purelib'], *sys.argv[1:]]); "
+        "sys.exit(0 if ok else 1)"
+    )
+    trees = [str(src / tree) for tree in ("django_durable_jobs", "example_project", "benchmarks")]
+    subprocess.run([str(python), "-c", code, *trees], check=True)
 
 
 def database_name(url: str) -> str:

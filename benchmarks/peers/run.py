@@ -48,6 +48,7 @@ import contextlib
 import itertools
 import os
 import sys
+import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,10 +169,13 @@ def main() -> None:
     ours.QUIET_TIMEOUT_SECONDS = args.quiet_timeout
 
     # Each peer is pip-installed, which byte-compiles it; ours runs from its source
-    # tree (an editable install), which nothing compiles. Where PYTHONDONTWRITEBYTECODE
-    # is set, every worker process would then compile ours from source at start-up.
+    # tree (an editable install), which nothing compiles, with its dependencies in
+    # this venv, which uv installs without compiling. Where PYTHONDONTWRITEBYTECODE
+    # is set, every worker process would then compile ours, or Django, from source
+    # at start-up.
     for tree in ("django_durable_jobs", "example_project", "benchmarks"):
         compileall.compile_dir(ours.ROOT / tree, quiet=1)
+    compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=1, workers=0)
     sides = make_sides(args)
     for side in sides:
         side.prepare()
