@@ -333,7 +333,10 @@ class CpuAccount:
                 continue
             seconds = (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
             if pid not in self.kind:
-                self.kind[pid] = self._classify(pid)
+                # A process a worker forked (runjobworker --processes) is a worker.
+                parent = int(fields[1])
+                forked = self.kind.get(parent) == "workers"
+                self.kind[pid] = "workers" if forked else self._classify(pid)
                 self.first[pid] = seconds if initial else 0.0
             self.last[pid] = seconds
 
@@ -341,6 +344,10 @@ class CpuAccount:
         for pid in pids:
             self.kind[pid] = "workers"
             self.first.setdefault(pid, 0.0)
+
+    def workers(self) -> list[int]:
+        """The worker processes seen so far: those started, and those they forked."""
+        return [pid for pid, kind in self.kind.items() if kind == "workers"]
 
     def totals(self) -> dict[str, float]:
         out: dict[str, float] = collections.defaultdict(float)
@@ -415,10 +422,10 @@ def watch_processes(
     done_at = None
     try:
         for tick in itertools.count():
-            for p in procs:
-                kb = proc_status(p.pid).get("VmHWM")
+            for pid in account.workers():
+                kb = proc_status(pid).get("VmHWM")
                 if kb:
-                    hwm[p.pid] = max(hwm[p.pid], kb)
+                    hwm[pid] = max(hwm.get(pid, 0), kb)
             if done_at is None:
                 t = time.perf_counter()
                 finished = done()

@@ -149,6 +149,14 @@ def test_seconds() -> None:
         (["--queues", "a,,b"], "not a comma-separated list"),
         (["--reload", "--burst"], "--reload cannot be combined with --burst"),
         (["--reload", "--metrics-port", "9100"], "--reload cannot be combined with --metrics"),
+        (["--processes", "0"], "--processes: must be from 1 to 256, got 0"),
+        (["--processes", "257"], "--processes: must be from 1 to 256, got 257"),
+        (["--processes", "two"], "--processes: 'two' is not a number of processes"),
+        (["--processes", "2", "--reload"], "--processes cannot be combined with --reload"),
+        (
+            ["--processes", "3", "--metrics-port", "65534"],
+            "the processes serve on ports 65534 to 65536, past 65535",
+        ),
     ],
 )
 def test_call_command_reports_bad_flags_as_command_errors(args: list[str], message: str) -> None:

@@ -17,7 +17,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...authorization import APP_LABEL
 from ...conf import jobs_settings
 from ...durations import parse_seconds
-from ...worker import Worker, WorkerConfig, reloading
+from ...worker import Worker, WorkerConfig, processes, reloading
+from ...worker.config import default_worker_id
 from ...worker.metrics_server import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from ...worker.metrics_server import MetricsServer
 from ...worker.pool import SCALE_DOWN_AFTER_SECONDS
@@ -67,6 +68,18 @@ def port(value: str) -> int:
         raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
     if not 1 <= number <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port from 1 to 65535, got {number}")
+    return number
+
+
+def process_count(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of processes") from None
+    if not 1 <= number <= processes.MAX_PROCESSES:
+        raise argparse.ArgumentTypeError(
+            f"must be from 1 to {processes.MAX_PROCESSES}, got {number}"
+        )
     return number
 
 
@@ -133,6 +146,14 @@ class Command(BaseCommand):
             f"(default: {SCALE_DOWN_AFTER_SECONDS:g}).",
         )
         parser.add_argument(
+            "--processes",
+            type=process_count,
+            default=None,
+            help="Worker processes to run, forked after one start-up, each with its own "
+            "--concurrency slots (default: 1). Use it to put every core to work: one "
+            "process runs Python on one core at a time.",
+        )
+        parser.add_argument(
             "--burst",
             action="store_true",
             help="Exit 0 once no runnable job is left (tests, cron-style use).",
@@ -175,7 +196,8 @@ class Command(BaseCommand):
             type=port,
             default=None,
             help="Serve Prometheus /metrics and a /healthz probe on this port "
-            "(default: none). Give each worker process its own port.",
+            "(default: none). Give each worker process its own port; with --processes N, "
+            "they serve on this port and the N-1 after it.",
         )
         parser.add_argument(
             "--metrics-host",
@@ -201,6 +223,7 @@ class Command(BaseCommand):
             ("lease_seconds", seconds(allow_zero=False)),
             ("worker_id", worker_id),
             ("metrics_port", port),
+            ("processes", process_count),
         ):
             if options.get(name) is not None:
                 try:
@@ -238,16 +261,8 @@ class Command(BaseCommand):
         if options["worker_id"]:
             config.worker_id = options["worker_id"]
         reload = options.get("reload", False)
-        if reload and config.burst:
-            raise CommandError(
-                "--reload cannot be combined with --burst (a burst worker exits once no job "
-                "is left; there is nothing to restart)"
-            )
-        if reload and options.get("metrics_port") is not None:
-            raise CommandError(
-                "--reload cannot be combined with --metrics-port (--reload is for development; "
-                "each restart would be a new process for Prometheus, its counters back at 0)"
-            )
+        count = options.get("processes") or 1
+        _refuse_combinations(options, config, count, reload)
         _refuse_inside_a_transaction(config.alias)
         if reload and not reloading.is_child():
             # The parent: no worker, no database; the child checks and runs.
@@ -256,23 +271,48 @@ class Command(BaseCommand):
                 raise SystemExit(exit_code)
             return
         _require_migrations(config.alias)
-        worker = Worker(config)
-        server = self._metrics_server(options, worker)
-        try:
-            exit_code = reloading.serve(worker) if reload else worker.run()
-        finally:
-            if server is not None:
-                server.stop()
+        if count > 1:
+            named = options["worker_id"]
+
+            def run_child(index: int) -> int:
+                # Each process is a worker of its own: a new id (the default
+                # one holds the pid), its own metrics port.
+                config.worker_id = f"{named}-{index + 1}" if named else default_worker_id()
+                try:
+                    return self._run(config, options, reload=False, port_offset=index)
+                except CommandError as exc:
+                    self.stderr.write(f"CommandError: {exc}")
+                    return 1
+
+            exit_code = processes.supervise(count, run_child)
+        else:
+            exit_code = self._run(config, options, reload=reload)
         if exit_code:
             raise SystemExit(exit_code)
 
-    def _metrics_server(self, options: dict[str, Any], worker: Worker) -> MetricsServer | None:
+    def _run(
+        self, config: WorkerConfig, options: dict[str, Any], *, reload: bool, port_offset: int = 0
+    ) -> int:
+        """Run one worker here (with Django's reloader beside it under --reload)."""
+        worker = Worker(config)
+        server = self._metrics_server(options, worker, port_offset)
+        try:
+            return reloading.serve(worker) if reload else worker.run()
+        finally:
+            if server is not None:
+                server.stop()
+
+    def _metrics_server(
+        self, options: dict[str, Any], worker: Worker, port_offset: int = 0
+    ) -> MetricsServer | None:
+        """The worker's /metrics and /healthz server; with --processes, process i (from
+        0) serves on --metrics-port + i."""
         if options.get("metrics_port") is None:
             return None
         try:
             server = MetricsServer(
                 options["metrics_host"],
-                options["metrics_port"],
+                options["metrics_port"] + port_offset,
                 worker.healthy,
                 worker.health_notes,
             )
@@ -280,6 +320,35 @@ class Command(BaseCommand):
             raise CommandError(f"--metrics-port: {exc}") from None
         server.start()
         return server
+
+
+def _refuse_combinations(
+    options: dict[str, Any], config: WorkerConfig, count: int, reload: bool
+) -> None:
+    """CommandError for options that cannot go together."""
+    if reload and config.burst:
+        raise CommandError(
+            "--reload cannot be combined with --burst (a burst worker exits once no job "
+            "is left; there is nothing to restart)"
+        )
+    if reload and options.get("metrics_port") is not None:
+        raise CommandError(
+            "--reload cannot be combined with --metrics-port (--reload is for development; "
+            "each restart would be a new process for Prometheus, its counters back at 0)"
+        )
+    if count > 1 and reload:
+        raise CommandError(
+            "--processes cannot be combined with --reload (--reload is for development: "
+            "one process that restarts on code changes)"
+        )
+    if count > 1 and not processes.fork_available():
+        raise CommandError("--processes needs os.fork(), which this platform lacks")
+    metrics_port = options.get("metrics_port")
+    if metrics_port is not None and metrics_port + count - 1 > 65535:
+        raise CommandError(
+            f"--metrics-port {metrics_port} with --processes {count}: the processes serve "
+            f"on ports {metrics_port} to {metrics_port + count - 1}, past 65535"
+        )
 
 
 def _refuse_inside_a_transaction(alias: str) -> None:
