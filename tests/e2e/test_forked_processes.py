@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 
 import pytest
 
 from django_durable_jobs import enqueue_many
 from django_durable_jobs.models import Job, JobStatus, WorkerProcess
+from tests.ports import free_port
 from tests.testapp.models import Execution
 
-from .helpers import Workers, wait_for
+from .helpers import Workers, get, sample, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -90,3 +92,31 @@ def test_a_killed_parent_leaves_no_process_claiming_jobs(workers: Workers) -> No
     # Each child got a SIGTERM when its parent died, and stopped gracefully.
     wait_for(lambda: not WorkerProcess.objects.exists(), 60, "the children to stop")
     wait_for(lambda: not any(alive(pid) for pid in pids), 30, "the children to exit")
+
+
+def two_free_ports() -> int:
+    """A port P such that P and P + 1 are both free now."""
+    for _ in range(50):
+        port = free_port()
+        if port < 65535:
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise AssertionError("no two free ports in a row")
+
+
+def test_each_process_serves_metrics_on_a_port_of_its_own(workers: Workers) -> None:
+    port = two_free_ports()
+    proc = workers.start(
+        "--processes", "2", "--metrics-port", str(port), "--concurrency", "3",
+        "--poll-interval", "0.2",
+    )  # fmt: skip
+    for each in (port, port + 1):
+        wait_for(lambda each=each: get(each, "/healthz")[0] == 200, 30, f"/healthz on {each}")
+        assert sample(each, "durable_jobs_worker_slots") == 3
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0, workers.output()
+    assert get(port, "/healthz")[0] == 0 and get(port + 1, "/healthz")[0] == 0
