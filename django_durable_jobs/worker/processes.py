@@ -66,67 +66,79 @@ def supervise(count: int, run_child: Callable[[int], int]) -> int:
     """Fork ``count`` children, each exiting with ``run_child(index)``; supervise them
     until every one has exited (see the module docstring). Returns the exit code."""
     connections.close_all()  # a child must not share the parent's sockets
-    children: dict[int, int] = {}  # pid: index
-    stopping = False
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-        for pid in list(children):
-            _signal(pid, signum)
-
-    previous = {signum: signal.signal(signum, forward) for signum in _STOP_SIGNALS}
+    supervisor = _Supervisor(run_child)
+    previous = {signum: signal.signal(signum, supervisor.forward) for signum in _STOP_SIGNALS}
     try:
-        return _supervise(count, run_child, children, lambda: stopping, forward)
+        return supervisor.run(count)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
 
-def _supervise(
-    count: int,
-    run_child: Callable[[int], int],
-    children: dict[int, int],
-    stopping: Callable[[], bool],
-    forward: Callable[[int, FrameType | None], None],
-) -> int:
-    code = EXIT_OK
-    parent = os.getpid()
-    for index in range(count):
-        _start(children, index, parent, run_child)
-    logger.info("Worker processes started: %s (--processes %s)", sorted(children), count)
-    while children:
+class _Supervisor:
+    """The parent's state: its children, and whether a stop was asked for."""
+
+    def __init__(self, run_child: Callable[[int], int]) -> None:
+        self.run_child = run_child
+        self.children: dict[int, int] = {}  # pid: index
+        self.stopping = False
+        self.parent = os.getpid()
+
+    def forward(self, signum: int, frame: FrameType | None) -> None:
+        """The parent's SIGTERM and SIGINT handler: pass the signal on to every child."""
+        self.stopping = True
+        for pid in list(self.children):
+            _signal(pid, signum)
+
+    def run(self, count: int) -> int:
+        code = EXIT_OK
+        for index in range(count):
+            self.start(index)
+        logger.info("Worker processes started: %s (--processes %s)", sorted(self.children), count)
+        while self.children:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:  # pragma: no cover (children counted but none left)
+                break
+            if pid not in self.children:
+                continue  # not a worker process (a child the parent started otherwise)
+            index = self.children.pop(pid)
+            exited = os.waitstatus_to_exitcode(status)
+            if exited == EXIT_RECYCLE and not self.stopping:
+                logger.warning(
+                    "Worker process %s exited to be recycled (code %s): forking it again",
+                    pid, exited,
+                )  # fmt: skip
+                self.start(index)
+            elif _failed(exited, self.stopping) and code == EXIT_OK:
+                # The shell's convention for a death by signal: 128 + its number.
+                code = 128 - exited if exited < 0 else exited
+                if not self.stopping:
+                    logger.error(
+                        "Worker process %s %s: stopping the other %s, then exiting with "
+                        "code %s (the process manager restarts the worker)",
+                        pid,
+                        f"was killed by {signal.Signals(-exited).name}"
+                        if exited < 0
+                        else f"exited with code {exited}",
+                        len(self.children),
+                        code,
+                    )
+                    self.forward(signal.SIGTERM, None)
+        return code
+
+    def start(self, index: int) -> None:
+        # Or the child would write what the parent had buffered, again.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         try:
-            pid, status = os.wait()
-        except ChildProcessError:  # pragma: no cover (children counted but none left)
-            break
-        if pid not in children:
-            continue  # not a worker process (a child the parent started otherwise)
-        index = children.pop(pid)
-        exited = os.waitstatus_to_exitcode(status)
-        if exited == EXIT_RECYCLE and not stopping():
-            logger.warning(
-                "Worker process %s exited to be recycled (code %s): forking it again",
-                pid, exited,
-            )  # fmt: skip
-            _start(children, index, parent, run_child)
-            continue
-        if _failed(exited, stopping()) and code == EXIT_OK:
-            # The shell's convention for a death by signal: 128 + its number.
-            code = 128 - exited if exited < 0 else exited
-            if not stopping():
-                logger.error(
-                    "Worker process %s %s: stopping the other %s, then exiting with code %s "
-                    "(the process manager restarts the worker)",
-                    pid,
-                    f"was killed by {signal.Signals(-exited).name}"
-                    if exited < 0
-                    else f"exited with code {exited}",
-                    len(children),
-                    code,
-                )
-                forward(signal.SIGTERM, None)
-    return code
+            pid = os.fork()
+            if pid == 0:  # the child: never returns
+                _child(index, self.parent, self.run_child)
+            self.children[pid] = index
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
 
 def _failed(exited: int, stopping: bool) -> bool:
@@ -136,22 +148,6 @@ def _failed(exited: int, stopping: bool) -> bool:
     # Not while stopping: killed by the SIGTERM or SIGINT passed on before its
     # own handlers were installed, or exiting to be recycled (not forked again).
     return not (stopping and (-exited in _STOP_SIGNALS or exited == EXIT_RECYCLE))
-
-
-def _start(
-    children: dict[int, int], index: int, parent: int, run_child: Callable[[int], int]
-) -> None:
-    # Or the child would write what the parent had buffered, again.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-    try:
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            _child(index, parent, run_child)
-        children[pid] = index
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
 
 def _child(index: int, parent: int, run_child: Callable[[int], int]) -> None:
