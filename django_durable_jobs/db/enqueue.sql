@@ -10,14 +10,14 @@
     concurrency_key, trace_context
 
 -- insert_job --
--- Insert one job without an idempotency key and NOTIFY its queue (delivered at commit). A new job is pending: it goes straight into the active partition (db/partitions.py), without the partitioned table's routing (so do insert_job_keyed, insert_jobs and insert_jobs_unkeyed). One plain INSERT: the single-job path is bound by round trips and commits, so it avoids insert_jobs' CTEs.
+-- Insert one job without an idempotency key and NOTIFY its queue if a worker of it sleeps (durable_jobs_notify_sleepers(), migration 0006; delivered at commit). A new job is pending: it goes straight into the active partition (db/partitions.py), without the partitioned table's routing (so do insert_job_keyed, insert_jobs and insert_jobs_unkeyed). One plain INSERT: the single-job path is bound by round trips and commits, so it avoids insert_jobs' CTEs.
 INSERT INTO durable_jobs_job_active (
 <<_job_insert_columns>>
 )
 VALUES (
 <<_single_job_values>>
 )
-RETURNING id, available_at, created_at, pg_notify(%(channel)s, queue);
+RETURNING id, available_at, created_at, durable_jobs_notify_sleepers(%(channel)s, queue);
 
 -- _single_job_values --
 -- A fragment (see queries.py): insert_job's and insert_job_keyed's values, in _job_insert_columns' order.
@@ -29,7 +29,7 @@ RETURNING id, available_at, created_at, pg_notify(%(channel)s, queue);
     %(trace_context)s::jsonb
 
 -- insert_job_keyed --
--- Insert one job, unless its idempotency key is taken, and NOTIFY its queue (delivered at commit). The key's row in durable_jobs_idempotency decides: ON CONFLICT there waits for a concurrent insert of the same key to commit or roll back, so racing callers end with exactly one job.
+-- Insert one job, unless its idempotency key is taken, and NOTIFY its queue if a worker of it sleeps (durable_jobs_notify_sleepers(), migration 0006; delivered at commit). The key's row in durable_jobs_idempotency decides: ON CONFLICT there waits for a concurrent insert of the same key to commit or roll back, so racing callers end with exactly one job.
 WITH key AS (
     INSERT INTO durable_jobs_idempotency (key, job_id)
     VALUES (%(key)s, %(id)s)
@@ -42,7 +42,7 @@ INSERT INTO durable_jobs_job_active (
 SELECT
 <<_single_job_values>>
 FROM key
-RETURNING id, available_at, created_at, pg_notify(%(channel)s, queue);
+RETURNING id, available_at, created_at, durable_jobs_notify_sleepers(%(channel)s, queue);
 
 -- _keys_taken --
 -- A fragment (see queries.py) that goes on with a WITH holding a CTE `input(id, idempotency_key, ...)`: take the idempotency keys of the rows that have one, in durable_jobs_idempotency; `keys(job_id)` are the rows whose key this statement took (a key taken before, or twice in the batch, is skipped). Key order: concurrent batches sharing keys take them in the same order, so they wait for each other instead of deadlocking; ON CONFLICT waits for a concurrent insert of the same key to commit or roll back, so racing callers end with exactly one job.
@@ -70,7 +70,7 @@ keys AS (
         row->>10 AS concurrency_key
 
 -- insert_jobs --
--- Insert a batch of jobs, given as one JSON array of rows, in one statement; skip rows whose idempotency key is taken; NOTIFY each queue that received a job (delivered at commit). Returns the ids inserted and the database's now().
+-- Insert a batch of jobs, given as one JSON array of rows, in one statement; skip rows whose idempotency key is taken; NOTIFY each queue that received a job and has a sleeping worker (delivered at commit). Returns the ids inserted and the database's now().
 WITH input AS (
     -- One JSON document rather than nine arrays: encoding it is one C call
     -- in Python, and PostgreSQL parses it faster than it binds the arrays.
@@ -96,7 +96,7 @@ inserted AS (
     RETURNING id, queue
 ),
 notified AS (
-    SELECT count(pg_notify(%(channel)s, queue)) AS n
+    SELECT count(*) FILTER (WHERE durable_jobs_notify_sleepers(%(channel)s, queue)) AS n
     FROM (SELECT DISTINCT queue FROM inserted) AS queues
 )
 -- Joining `notified` makes PostgreSQL evaluate it; one row even when
@@ -132,7 +132,7 @@ inserted AS (
     RETURNING queue
 ),
 notified AS (
-    SELECT count(pg_notify(%(channel)s, queue)) AS n
+    SELECT count(*) FILTER (WHERE durable_jobs_notify_sleepers(%(channel)s, queue)) AS n
     FROM (SELECT DISTINCT queue FROM inserted) AS queues
 )
 SELECT count(*), now()
@@ -153,7 +153,7 @@ edge AS (
 )
 
 -- insert_jobs_with_parents --
--- insert_jobs for a batch in which some job has parents (depends_on), one or many rows: lock the parents (in id order, so concurrent enqueues sharing parents wait for each other instead of deadlocking) and read their newest status; insert nothing if one does not exist (a parent may also be a row of the batch itself: chain() and group() insert a whole shape in one statement; such a parent is new, so unfinished, and starts with its children in the batch as its dependent_count); otherwise insert each job waiting for its unfinished parents (pending when none is left; cancelled, the reason naming the parent, when one ended dead or cancelled and its on_parent_failure is 'cancel'), its edges (resolved for parents already finished), and add the children to each parent's dependent_count, which makes the worker write the parent's outcome in a transaction that releases its children (record_outcomes; an outcome written after this insert locked the parent waits for this transaction). Skips rows whose idempotency key is taken, with no edge; NOTIFYs each queue that received a pending job (delivered at commit). Returns the rows inserted (ids, statuses, waiting_on, last_error), the database's now(), and the parents that do not exist.
+-- insert_jobs for a batch in which some job has parents (depends_on), one or many rows: lock the parents (in id order, so concurrent enqueues sharing parents wait for each other instead of deadlocking) and read their newest status; insert nothing if one does not exist (a parent may also be a row of the batch itself: chain() and group() insert a whole shape in one statement; such a parent is new, so unfinished, and starts with its children in the batch as its dependent_count); otherwise insert each job waiting for its unfinished parents (pending when none is left; cancelled, the reason naming the parent, when one ended dead or cancelled and its on_parent_failure is 'cancel'), its edges (resolved for parents already finished), and add the children to each parent's dependent_count, which makes the worker write the parent's outcome in a transaction that releases its children (record_outcomes; an outcome written after this insert locked the parent waits for this transaction). Skips rows whose idempotency key is taken, with no edge; NOTIFYs each queue that received a pending job and has a sleeping worker (delivered at commit). Returns the rows inserted (ids, statuses, waiting_on, last_error), the database's now(), and the parents that do not exist.
 <<_jobs_with_parents>>,
 parent AS MATERIALIZED (
     -- FOR NO KEY UPDATE returns the newest version of each row, after
@@ -256,7 +256,7 @@ counted AS (
     RETURNING job.id
 ),
 notified AS (
-    SELECT count(pg_notify(%(channel)s, queue)) AS n
+    SELECT count(*) FILTER (WHERE durable_jobs_notify_sleepers(%(channel)s, queue)) AS n
     FROM (SELECT DISTINCT queue FROM inserted WHERE status = 'pending') AS queues
 )
 SELECT
@@ -270,7 +270,7 @@ SELECT
     (SELECT n FROM notified);
 
 -- insert_job_shape --
--- insert_jobs_with_parents for a shape of new jobs (chain() and group() without idempotency keys or parents of their own: dependencies._linkable): every parent is a row of the batch, so no parent is read, none can have finished or be missing, and nothing outside the batch is updated. Each job goes into the active partition pending (no parent) or waiting (for all its parents), with its edges unresolved and its children in the batch as its dependent_count. The statement reads no partition of the job table: neither its plan nor its cost depends on the table's size, and its generic plan is its custom plan (it is prepared: db.PREPARED). NOTIFYs each queue that received a pending job (delivered at commit). Returns what insert_jobs_with_parents returns.
+-- insert_jobs_with_parents for a shape of new jobs (chain() and group() without idempotency keys or parents of their own: dependencies._linkable): every parent is a row of the batch, so no parent is read, none can have finished or be missing, and nothing outside the batch is updated. Each job goes into the active partition pending (no parent) or waiting (for all its parents), with its edges unresolved and its children in the batch as its dependent_count. The statement reads no partition of the job table: neither its plan nor its cost depends on the table's size, and its generic plan is its custom plan (it is prepared: db.PREPARED). NOTIFYs each queue that received a pending job and has a sleeping worker (delivered at commit). Returns what insert_jobs_with_parents returns.
 <<_jobs_with_parents>>,
 planned AS (
     SELECT input.*,
@@ -299,7 +299,7 @@ edges AS (
     SELECT child_id, parent_id, false FROM edge
 ),
 notified AS (
-    SELECT count(pg_notify(%(channel)s, queue)) AS n
+    SELECT count(*) FILTER (WHERE durable_jobs_notify_sleepers(%(channel)s, queue)) AS n
     FROM (SELECT DISTINCT queue FROM inserted WHERE status = 'pending') AS queues
 )
 SELECT

@@ -40,6 +40,44 @@ def delete_worker(using: str, worker_id: str) -> None:
     gateway._run_through_django(using, "delete_worker", {"id": worker_id})
 
 
+def mark_listener(
+    using: str,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    *,
+    sleeping: bool,
+    forget_after_seconds: float,
+) -> None:
+    """Say whether this worker sleeps (enqueues of ``queues`` notify it) or is awake.
+
+    Runs in the caller's autocommit: the mark is committed on return.
+    """
+    gateway._run(
+        using,
+        "mark_listener",
+        {
+            "id": worker_id,
+            "queues": None if queues is None else sorted(queues),
+            "sleeping": sleeping,
+            "forget_after_seconds": forget_after_seconds,
+        },
+    )
+
+
+def transactions_in_progress(using: str) -> list[str]:
+    """The ids (as text) of the transactions running now that wrote something."""
+    ((xids,),) = gateway._run(using, "transactions_in_progress", {})
+    return list(xids or ())
+
+
+def still_in_progress(using: str, xids: Sequence[str]) -> list[str]:
+    """Those of ``xids`` still running."""
+    if not xids:
+        return []
+    ((running,),) = gateway._run(using, "still_in_progress", {"xids": list(xids)})
+    return list(running or ())
+
+
 def queue_depth(using: str) -> list[tuple[str, str, int, float | None]]:
     """``(queue, status, count, oldest runnable pending age in seconds)`` rows."""
     return [

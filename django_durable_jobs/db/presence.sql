@@ -33,8 +33,39 @@ ON CONFLICT (id) DO UPDATE SET
 RETURNING id;
 
 -- delete_worker --
--- A graceful shutdown: this worker's row goes.
+-- A graceful shutdown: this worker's row goes, and its row in the listeners table.
+WITH listener AS (
+    DELETE FROM durable_jobs_listener WHERE worker_id = %(id)s
+)
 DELETE FROM durable_jobs_worker WHERE id = %(id)s RETURNING id;
+
+-- mark_listener --
+-- Say whether this worker sleeps (waits for a NOTIFY to claim: enqueues of its queues then notify) or is awake (claims within milliseconds on its own: they need not), for the enqueues' durable_jobs_notify_sleepers() (migration 0006). Also forgets the rows of workers gone without a goodbye (no live heartbeat, not changed for %(forget_after_seconds)s). Committed before the caller's next statement (autocommit), which matters for mark_sleeping's snapshot.
+WITH gone AS (
+    DELETE FROM durable_jobs_listener AS l
+    WHERE l.changed_at < now() - make_interval(secs => %(forget_after_seconds)s::float8)
+        AND l.worker_id <> %(id)s
+        AND NOT EXISTS (
+            SELECT 1 FROM durable_jobs_worker AS w
+            WHERE w.id = l.worker_id
+                AND w.last_heartbeat > now() - make_interval(secs => w.lease_seconds)
+        )
+)
+INSERT INTO durable_jobs_listener (worker_id, queues, sleeping, changed_at)
+VALUES (%(id)s, %(queues)s::text[], %(sleeping)s, now())
+ON CONFLICT (worker_id) DO UPDATE SET
+    queues = EXCLUDED.queues, sleeping = EXCLUDED.sleeping, changed_at = now()
+RETURNING worker_id;
+
+-- transactions_in_progress --
+-- The transactions running now that have an id (they wrote something): a worker that just marked itself sleeping waits for these to end before its last claim, since an enqueue among them may have looked before the mark and sent no NOTIFY. As text, which psycopg reads without a type of its own for xid8.
+SELECT array_agg(x::text) FROM pg_snapshot_xip(pg_current_snapshot()) AS x;
+
+-- still_in_progress --
+-- Which of these transaction ids (as text) are still running.
+SELECT array_agg(x::text)
+FROM unnest(%(xids)s::text[]::xid8[]) AS x
+WHERE pg_xact_status(x) = 'in progress';
 
 -- queue_depth --
 -- For the queue-depth metrics: jobs per queue and status (pending, running, waiting, dead), and the age in seconds of the oldest runnable pending job per queue.

@@ -47,6 +47,7 @@ class Listener(Service):
         queue_state: Callable[[str | None], None] | None = None,
         listen_alias: str | None = None,
         probe: NotificationProbe | None = None,
+        on_connected: Callable[[], None] | None = None,
     ) -> None:
         self.listen_alias = alias if listen_alias is None else listen_alias
         self._params = db.connection_params(self.listen_alias)
@@ -57,6 +58,8 @@ class Listener(Service):
         self._on_cancel = on_cancel
         # Called with the queue paused or resumed; None after a reconnect.
         self._queue_state = queue_state
+        # Told before the wake-up of each (re)connect (the worker's wakefulness.py).
+        self._on_connected = on_connected
         self._stop = threading.Event()
         super().__init__("durable-jobs-listener")
         self.connected = threading.Event()
@@ -74,6 +77,7 @@ class Listener(Service):
         *,
         on_cancel: Callable[[uuid.UUID], None],
         queue_state: Callable[[str | None], None],
+        on_connected: Callable[[], None] | None = None,
     ) -> Listener:
         """A worker's listener on ``NOTIFY_CHANNEL``, with its probe."""
         listen_alias = listen_alias or alias
@@ -85,6 +89,7 @@ class Listener(Service):
             on_cancel=on_cancel,
             queue_state=queue_state,
             listen_alias=listen_alias,
+            on_connected=on_connected,
             probe=NotificationProbe(
                 alias=alias, listen_alias=listen_alias, poll_interval=poll_interval
             ),
@@ -121,6 +126,8 @@ class Listener(Service):
         if self.probe is not None:
             self.probe.listening()
         self.connected.set()
+        if self._on_connected is not None:
+            self._on_connected()
         # Whatever was enqueued (or paused) while we were not listening.
         self._wake()
         if self._queue_state is not None:

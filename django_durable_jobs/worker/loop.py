@@ -42,6 +42,7 @@ from .presence import Presence
 from .scheduler import Scheduler
 from .stopping import EXIT_FORCED, EXIT_OK, EXIT_RECYCLE
 from .throughput import OutcomeCounts
+from .wakefulness import Wakefulness
 from .wakeups import WakeTimes
 from .watchdog import Watchdog
 
@@ -128,6 +129,16 @@ class Worker(health.WorkerHealth):
         # When the loop claims next at the latest, unasked (monotonic).
         self._next_poll = 0.0
         self._claim_failures = 0
+        # Whether enqueues must NOTIFY this worker (wakefulness.py): only
+        # with a LISTEN connection, and not for a burst.
+        self.wakefulness = Wakefulness(
+            config.alias,
+            config.worker_id,
+            config.queues,
+            poll_interval=config.poll_interval,
+            forget_after_seconds=max(60.0, 2 * config.lease_seconds),
+            enabled=config.listen and not config.burst,
+        )
         self.listener = (
             Listener.for_worker(
                 config.alias,
@@ -137,6 +148,7 @@ class Worker(health.WorkerHealth):
                 self._notify,
                 on_cancel=lambda job_id: self._cancels_requested({job_id}),
                 queue_state=self._queue_state_changed,
+                on_connected=self.wakefulness.listening,
             )
             if config.listen
             else None
@@ -253,6 +265,8 @@ class Worker(health.WorkerHealth):
             # A job known due now counts as a notification (so the plain claim runs).
             notified, self._notified = self._wakes.fire(now) | self._notified, False
             due = notified or now >= self._next_poll
+            # An awake worker's poll stands for the NOTIFYs enqueues no longer send.
+            notified = notified or (due and self.wakefulness.polling)
             asks = self.planner.asks(due=due, notified=notified)
             if asks:
                 return asks, None
@@ -288,12 +302,20 @@ class Worker(health.WorkerHealth):
         try:
             if self.claim_failing:  # its jobs may be leased to this worker unseen
                 handoff.give_back_orphans(self.config, self.attempts, self.completer)
+            self.wakefulness.before_claim()
             jobs = self._claim(asks)
         except DatabaseError as exc:
             self._claim_failed(exc)
             return False
         self._claim_failures = 0
         self.claim_failing = False
+        try:
+            self.wakefulness.after_claim(len(jobs), any(group.more_waiting for group, _ in asks))
+        except DatabaseError as exc:
+            # The row keeps its last mark, and the worker the mode that mark promises.
+            logger.warning("Could not mark this worker awake or sleeping (%s)", exc)
+        if self.wakefulness.polling:
+            self._next_poll = time.monotonic() + self.wakefulness.poll_seconds()
         if jobs:
             return False
         if self.config.burst:
@@ -402,6 +424,7 @@ class Worker(health.WorkerHealth):
 
     def _notify(self) -> None:
         with self._cond:
+            self.wakefulness.heard()
             self._notified = True
             self._wake_locked()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import uuid
@@ -41,6 +42,29 @@ def new_connection(autocommit: bool = True) -> psycopg.Connection[Any]:
     params.pop("context", None)
     params.pop("prepare_threshold", None)
     return psycopg.connect(**params, autocommit=autocommit)
+
+
+@contextlib.contextmanager
+def sleeping_worker(
+    worker_id: str = "tests-sleeper", queues: list[str] | None = None
+) -> Iterator[None]:
+    """A worker's row in ``durable_jobs_listener`` saying it sleeps (``queues``: None, all).
+
+    Enqueues NOTIFY a queue only while a worker of it sleeps
+    (``worker/wakefulness.py``): a test that listens as a worker would says
+    so with this. Every row is cleared first (a killed worker's, left by an
+    earlier test) and after (the test's own).
+    """
+    with connections[db.database_alias()].cursor() as cursor:
+        cursor.execute("DELETE FROM durable_jobs_listener")
+    db.mark_listener(
+        db.database_alias(), worker_id, queues, sleeping=True, forget_after_seconds=3600
+    )
+    try:
+        yield
+    finally:
+        with connections[db.database_alias()].cursor() as cursor:
+            cursor.execute("DELETE FROM durable_jobs_listener")
 
 
 def run_in_threads(count: int, target: Callable[[int], T], timeout: float = 60) -> list[T]:

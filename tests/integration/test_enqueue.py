@@ -14,7 +14,7 @@ from django_durable_jobs import db as gateway
 from django_durable_jobs.models import Job, JobStatus
 from tests.factories import queue_connection
 
-from .helpers import new_connection, run_in_threads, wait_for_lock_waiters
+from .helpers import new_connection, run_in_threads, sleeping_worker, wait_for_lock_waiters
 
 pytestmark = pytest.mark.django_db
 
@@ -362,29 +362,30 @@ def test_a_second_caller_inserts_when_the_first_rolls_back() -> None:
 def test_notify_is_delivered_only_at_commit() -> None:
     listener = new_connection()
     try:
-        listener.execute("LISTEN durable_jobs")
-        with transaction.atomic(using=gateway.database_alias()):
-            enqueue("tests.notify", queue="emails")
-            enqueue_many([{"type": "tests.notify", "queue": "reports"}] * 3)
+        with sleeping_worker():
+            listener.execute("LISTEN durable_jobs")
+            with transaction.atomic(using=gateway.database_alias()):
+                enqueue("tests.notify", queue="emails")
+                enqueue_many([{"type": "tests.notify", "queue": "reports"}] * 3)
+                assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+            heard = list(listener.notifies(timeout=2, stop_after=2))
+            assert sorted((n.channel, n.payload) for n in heard) == [
+                ("durable_jobs", "emails"),
+                ("durable_jobs", "reports"),
+            ]
+            # A rolled-back enqueue notifies nobody.
+            with pytest.raises(RuntimeError), transaction.atomic(using=gateway.database_alias()):
+                enqueue("tests.notify", queue="emails")
+                raise RuntimeError
             assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
-        heard = list(listener.notifies(timeout=2, stop_after=2))
-        assert sorted((n.channel, n.payload) for n in heard) == [
-            ("durable_jobs", "emails"),
-            ("durable_jobs", "reports"),
-        ]
-        # A rolled-back enqueue notifies nobody.
-        with pytest.raises(RuntimeError), transaction.atomic(using=gateway.database_alias()):
+            # Outside a transaction (autocommit) the statement commits at once.
             enqueue("tests.notify", queue="emails")
-            raise RuntimeError
-        assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
-        # Outside a transaction (autocommit) the statement commits at once.
-        enqueue("tests.notify", queue="emails")
-        assert [n.payload for n in listener.notifies(timeout=2, stop_after=1)] == ["emails"]
-        # A replay inserts nothing and notifies nobody.
-        enqueue("tests.notify", idempotency_key="n-1")
-        list(listener.notifies(timeout=1, stop_after=1))
-        enqueue("tests.notify", idempotency_key="n-1")
-        assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+            assert [n.payload for n in listener.notifies(timeout=2, stop_after=1)] == ["emails"]
+            # A replay inserts nothing and notifies nobody.
+            enqueue("tests.notify", idempotency_key="n-1")
+            list(listener.notifies(timeout=1, stop_after=1))
+            enqueue("tests.notify", idempotency_key="n-1")
+            assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
     finally:
         listener.close()
 
@@ -394,9 +395,75 @@ def test_notify_channel_is_a_setting(settings: object) -> None:
     settings.DURABLE_JOBS = {"NOTIFY_CHANNEL": "other_channel"}  # type: ignore[attr-defined]
     listener = new_connection()
     try:
-        listener.execute("LISTEN other_channel")
-        enqueue("tests.notify")
-        assert [n.channel for n in listener.notifies(timeout=2, stop_after=1)] == ["other_channel"]
+        with sleeping_worker():
+            listener.execute("LISTEN other_channel")
+            enqueue("tests.notify")
+            assert [n.channel for n in listener.notifies(timeout=2, stop_after=1)] == [
+                "other_channel"
+            ]
+    finally:
+        listener.close()
+
+
+def _enqueue_each_way(queue: str) -> None:
+    """One job of ``queue`` by each enqueue statement: single, keyed, batch, keyed
+    batch, chain (with parents)."""
+    enqueue("tests.notify", queue=queue)
+    enqueue("tests.notify", queue=queue, idempotency_key=f"{queue}-{uuid.uuid4()}")
+    enqueue_many([{"type": "tests.notify", "queue": queue}] * 2)
+    enqueue_many([{"type": "tests.notify", "queue": queue, "idempotency_key": str(uuid.uuid4())}])
+    parent = enqueue("tests.notify", queue=queue).job
+    enqueue("tests.notify", queue=queue, depends_on=[parent])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueues_notify_a_queue_only_while_one_of_its_workers_sleeps() -> None:
+    """A worker that is awake claims on its own within milliseconds: no NOTIFY (and no
+    commit queueing on PostgreSQL's notify lock) for it; nor with no worker at all."""
+    alias = gateway.database_alias()
+    listener = new_connection()
+    try:
+        listener.execute("LISTEN durable_jobs")
+        with sleeping_worker("w-emails", ["emails"]):
+            # A sleeper of another queue only.
+            _enqueue_each_way("reports")
+            assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+            _enqueue_each_way("emails")
+            assert {n.payload for n in listener.notifies(timeout=2, stop_after=1)} == {"emails"}
+            list(listener.notifies(timeout=0.3))  # the rest of them
+            # The same worker awake: nobody sleeps.
+            gateway.mark_listener(
+                alias, "w-emails", ["emails"], sleeping=False, forget_after_seconds=3600
+            )
+            _enqueue_each_way("emails")
+            assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+            # A worker of every queue asleep.
+            gateway.mark_listener(alias, "w-all", None, sleeping=True, forget_after_seconds=3600)
+            enqueue("tests.notify", queue="reports")
+            assert [n.payload for n in listener.notifies(timeout=2, stop_after=1)] == ["reports"]
+        # No worker's row at all.
+        _enqueue_each_way("emails")
+        assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+    finally:
+        listener.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_repeatable_read_enqueue_always_notifies() -> None:
+    """Its snapshot is the transaction's, older than a worker's later mark: it cannot
+    tell whether a worker went to sleep meanwhile, so it notifies, as before."""
+    listener = new_connection()
+    try:
+        listener.execute("LISTEN durable_jobs")
+        with sleeping_worker("w-emails", ["emails"]):
+            gateway.mark_listener(
+                gateway.database_alias(), "w-emails", ["emails"], sleeping=False,
+                forget_after_seconds=3600,
+            )  # fmt: skip
+            with transaction.atomic(using=gateway.database_alias()):
+                queue_connection.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                enqueue("tests.notify", queue="emails")
+            assert [n.payload for n in listener.notifies(timeout=2, stop_after=1)] == ["emails"]
     finally:
         listener.close()
 

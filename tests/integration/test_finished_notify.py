@@ -18,7 +18,7 @@ from django_durable_jobs.constants import FINISHED_NOTIFY_PREFIX
 from django_durable_jobs.db.records import Outcome, Transition
 from tests.factories import claim_directly, complete_next, dead_outcome, finish
 
-from .helpers import new_connection
+from .helpers import new_connection, sleeping_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -92,7 +92,7 @@ def test_cancelling_pending_jobs_notifies_them_once() -> None:
 
 def test_the_workers_channel_hears_no_finished_job() -> None:
     enqueue("tests.record")
-    with new_connection() as conn:
+    with new_connection() as conn, sleeping_worker():
         db.listen(conn, "durable_jobs")  # the workers' NOTIFY_CHANNEL
         complete_next()
         operations.cancel(enqueue("tests.record").job.pk)
@@ -118,7 +118,11 @@ def test_a_forced_exit_s_last_write_notifies_too() -> None:
 
 def test_with_notify_finished_off_nothing_is_notified_and_wait_polls() -> None:
     ids = [enqueue("tests.record").job.pk for _ in range(2)]
-    with override_settings(DURABLE_JOBS={"NOTIFY_FINISHED": False}), new_connection() as conn:
+    with (
+        override_settings(DURABLE_JOBS={"NOTIFY_FINISHED": False}),
+        new_connection() as conn,
+        sleeping_worker(),
+    ):
         db.listen(conn, db.finished_channel())
         db.listen(conn, "durable_jobs")  # the workers' channel, for the event that follows
         complete_next()

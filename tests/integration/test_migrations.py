@@ -127,9 +127,24 @@ def test_the_chain_starts_with_one_initial_migration() -> None:
     assert graph.nodes[(APP, "0001_initial")].atomic
 
 
+#: Tables of the gateway's own, without a model: the workers' marks that
+#: enqueues read (migration 0006, ``worker/wakefulness.py``).
+GATEWAY_TABLES = {"durable_jobs_listener"}
+
+
 def _model_tables(tables: list[str]) -> list[str]:
-    """``tables`` without the job table's partitions (``db/partitions.py``)."""
-    return [t for t in tables if not t.startswith("durable_jobs_job_")]
+    """``tables`` without the job table's partitions (``db/partitions.py``) and the
+    gateway's own tables."""
+    return [t for t in tables if not t.startswith("durable_jobs_job_") and t not in GATEWAY_TABLES]
+
+
+def test_the_listeners_table_is_unlogged() -> None:
+    """Nothing in it is worth WAL: a crash empties it, and workers write it again."""
+    with connections[db.database_alias()].cursor() as cursor:
+        cursor.execute(
+            "SELECT relpersistence FROM pg_class WHERE relname = 'durable_jobs_listener'"
+        )
+        assert cursor.fetchone() == ("u",)
 
 
 def test_every_declared_index_and_constraint_exists_by_name() -> None:
