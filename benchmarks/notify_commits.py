@@ -3,7 +3,7 @@
 Run on demand, never in the test suite (machines here are shared and noisy):
 
     .venv/bin/python benchmarks/notify_commits.py [--database-url URL] [--clients 64]
-        [--seconds 15] [--rounds 3] [--listeners 1]
+        [--seconds 15] [--rounds 3] [--listeners 1] [--worker]
 
 A transaction that NOTIFYs takes a lock at commit that every other notifying
 transaction of the server waits for (PostgreSQL's ``PreCommit_Notify``: one
@@ -11,25 +11,30 @@ notifier at a time appends to the queue), so notifications can serialise the
 commits of many concurrent writers. This measures it on the enqueue statement
 itself: pgbench runs ``--clients`` connections, each repeating the package's
 one-job ``insert_job`` statement (one job per transaction, as ``enqueue()``
-in autocommit does), in three variants, alternating over ``--rounds`` so
-drift on a shared machine hits each alike:
+in autocommit does), in variants alternating over ``--rounds`` so drift on a
+shared machine hits each alike:
 
-- ``in``: the NOTIFY inside the inserting transaction (``pg_notify`` of the
-  job's queue in the INSERT's RETURNING, as enqueue does);
-- ``after``: the INSERT without its NOTIFY, then the ``notify_queues``
-  statement in a transaction of its own (a pgbench script of two lines is
-  two transactions): the design measured for issue 26 and not kept
-  (docs/benchmarks.md, "NOTIFY at scale");
-- ``off``: the INSERT alone, no notification at all.
+- ``in``: every enqueue NOTIFYs its queue (``pg_notify`` in the INSERT's
+  RETURNING), as before migration 0006;
+- ``asleep``: today's statement, which NOTIFYs only while a worker of the
+  queue sleeps (``durable_jobs_notify_sleepers()``), with a sleeping
+  worker's row in ``durable_jobs_listener``: it notifies, and looks first;
+- ``awake``: today's statement with an awake worker's row (a busy worker,
+  ``worker/wakefulness.py``): it looks, and sends nothing;
+- ``off``: the INSERT alone, no notification and no look.
 
-pgbench counts a script run as one "transaction": for ``after`` that is
-one job and its NOTIFY, so the three rates are jobs enqueued per second. ``--listeners``
-connections LISTEN on the channel meanwhile, as workers do (PostgreSQL keeps
-notifications for them, which is part of the cost).
+With ``--worker``, a real ``runjobworker --concurrency 8`` (bench settings)
+runs the jobs meanwhile, on the workers' own channel, and decides itself
+whether it sleeps: the variants are then ``in``, ``today`` (today's statement,
+the worker's own rows) and ``off``.
+
+``--listeners`` connections LISTEN on the channel meanwhile, as workers do
+(PostgreSQL keeps notifications for them, which is part of the cost).
 
 The database is a throwaway one (``durable_jobs_notify_bench`` by default),
 created, migrated and dropped. Prints jobs per second per variant (pgbench's
-tps, median of the rounds) and each one's cost against ``off``; results go in docs/benchmarks.md.
+tps, median of the rounds) and each one's cost against ``off``; results go in
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -59,18 +64,22 @@ def pgbench_path() -> str:
     return found
 
 
-VARIANTS = ("in", "after", "off")
-# Before issue 26, insert_job's RETURNING ended with the job's NOTIFY.
-OLD_RETURNING = "RETURNING id, available_at, created_at, pg_notify(%(channel)s, queue);"
+VARIANTS = ("in", "asleep", "awake", "off")
+WORKER_VARIANTS = ("in", "today", "off")
+# Before migration 0006, insert_job's RETURNING ended with the job's NOTIFY.
+OLD_RETURNING = "RETURNING id, available_at, created_at, pg_notify(%(channel)s, queue)"
+TODAY_CALL = "durable_jobs_notify_sleepers(%(channel)s, queue)"
+WORKER_CHANNEL = "durable_jobs"
+WORKER_TYPE = "example.noop"
 
 
-def script(variant: str) -> str:
-    """The package's enqueue statements as a pgbench script, parameters made literal."""
+def script(variant: str, *, channel: str = CHANNEL, job_type: str = "bench.noop") -> str:
+    """The package's enqueue statement as a pgbench script, parameters made literal."""
     from django_durable_jobs.db.queries import QUERIES
 
     values = {
         "id": "gen_random_uuid()",
-        "type": "'bench.noop'",
+        "type": f"'{job_type}'",
         "queue": "'default'",
         "payload": "'{}'",
         "key": "NULL",
@@ -81,22 +90,51 @@ def script(variant: str) -> str:
         "timeout": "NULL",
         "concurrency_key": "NULL",
         "trace_context": "NULL",
-        "channel": f"'{CHANNEL}'",
+        "channel": f"'{channel}'",
     }
     insert = QUERIES["insert_job"].rstrip().rstrip(";")
-    if "pg_notify" in insert:  # the INSERT alone; ``in`` puts its NOTIFY back
-        insert = insert.replace("pg_notify(%(channel)s, queue)", "NULL")
-    statements = [insert]
+    if TODAY_CALL not in insert:
+        sys.exit("insert_job no longer calls durable_jobs_notify_sleepers(): update this script")
     if variant == "in":
-        statements = [re.sub(r"RETURNING .*$", OLD_RETURNING.rstrip(";"), insert, flags=re.S)]
-    elif variant == "after":
-        values["queues"] = "ARRAY['default']"
-        statements.append(QUERIES["notify_queues"].rstrip().rstrip(";"))
+        insert = re.sub(r"RETURNING .*$", OLD_RETURNING, insert, flags=re.S)
+    elif variant == "off":
+        insert = insert.replace(TODAY_CALL, "NULL")
     # pgbench reads one statement per line unless it ends with a backslash.
-    return "".join(
-        " ".join(re.sub(r"%\((\w+)\)s", lambda m: values[m.group(1)], sql).split()) + ";\n"
-        for sql in statements
-    )
+    return " ".join(re.sub(r"%\((\w+)\)s", lambda m: values[m.group(1)], insert).split()) + ";\n"
+
+
+def prepare_run(url: str, variant: str) -> None:
+    """Each run starts alike: an empty job table, after a checkpoint; for ``asleep``
+    and ``awake``, one worker's row saying so, otherwise none."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE durable_jobs_job_active")
+        conn.execute("CHECKPOINT")
+        conn.execute("DELETE FROM durable_jobs_listener")
+        if variant in ("asleep", "awake"):
+            conn.execute(
+                "INSERT INTO durable_jobs_listener (worker_id, queues, sleeping) "
+                "VALUES ('bench', NULL, %s)",
+                [variant == "asleep"],
+            )
+
+
+def start_worker(url: str) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "DJANGO_SETTINGS_MODULE": "bench_settings",
+        "DJANGO_DEBUG": "0",
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT / "benchmarks"), str(ROOT / "example_project"), str(ROOT)]
+        ),
+    }
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "example_project" / "manage.py"), "runjobworker",
+         "--concurrency", "8"],
+        env=env,
+    )  # fmt: skip
 
 
 def run_pgbench(url: str, path: Path, clients: int, seconds: int) -> float:
@@ -113,12 +151,12 @@ def run_pgbench(url: str, path: Path, clients: int, seconds: int) -> float:
     return float(match.group(1))
 
 
-def listen(url: str, stop: threading.Event) -> None:
+def listen(url: str, channel: str, stop: threading.Event) -> None:
     """A worker's LISTEN: notifications are kept for it and read as they come."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"LISTEN {CHANNEL}")
+        conn.execute(f"LISTEN {channel}")
         while not stop.is_set():
             for _ in conn.notifies(timeout=0.2, stop_after=10_000):
                 pass
@@ -135,6 +173,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=15)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--listeners", type=int, default=1)
+    parser.add_argument(
+        "--worker", action="store_true", help="a real worker runs the jobs meanwhile"
+    )
     args = parser.parse_args()
 
     import psycopg
@@ -145,7 +186,8 @@ def main() -> None:
         admin.execute(f'DROP DATABASE IF EXISTS "{args.database}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{args.database}"')
     os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench_settings")
     os.environ.setdefault("DJANGO_DEBUG", "0")
     import django
 
@@ -159,41 +201,57 @@ def main() -> None:
     print(
         f"PostgreSQL {version[0] if version else '?'}, {os.cpu_count()} CPUs, {args.clients} "
         f"clients, {args.seconds} s a run, {args.listeners} listener(s)"
+        + (", a worker running the jobs" if args.worker else "")
     )
 
+    variants = WORKER_VARIANTS if args.worker else VARIANTS
     stop = threading.Event()
     listeners = [
-        threading.Thread(target=listen, args=(url, stop), daemon=True)
+        threading.Thread(
+            target=listen,
+            args=(url, WORKER_CHANNEL if args.worker else CHANNEL, stop),
+            daemon=True,
+        )
         for _ in range(args.listeners)
     ]
     for thread in listeners:
         thread.start()
-    results: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    worker = start_worker(url) if args.worker else None
+    results: dict[str, list[float]] = {variant: [] for variant in variants}
     with tempfile.TemporaryDirectory() as tmp:
         paths = {}
-        for variant in VARIANTS:
+        for variant in variants:
             paths[variant] = Path(tmp, f"notify_{variant}.sql")
-            paths[variant].write_text(script(variant))
+            paths[variant].write_text(
+                script(variant, channel=WORKER_CHANNEL, job_type=WORKER_TYPE)
+                if args.worker
+                else script(variant)
+            )
         try:
             for round_ in range(args.rounds):
                 # Rotate the order, so no variant always runs first.
-                order = VARIANTS[round_ % 3 :] + VARIANTS[: round_ % 3]
-                for variant in order:
+                shift = round_ % len(variants)
+                for variant in variants[shift:] + variants[:shift]:
+                    if worker is None:
+                        prepare_run(url, variant)
                     tps = run_pgbench(url, paths[variant], args.clients, args.seconds)
                     results[variant].append(tps)
-                    print(f"round {round_ + 1}: notify {variant:5} {tps:,.0f} jobs/s", flush=True)
+                    print(f"round {round_ + 1}: notify {variant:6} {tps:,.0f} jobs/s", flush=True)
         finally:
             stop.set()
+            if worker is not None:
+                worker.terminate()
+                worker.wait(60)
             for thread in listeners:
                 thread.join(timeout=5)
             with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
                 admin.execute(f'DROP DATABASE IF EXISTS "{args.database}" WITH (FORCE)')
-    medians = {variant: statistics.median(results[variant]) for variant in VARIANTS}
+    medians = {variant: statistics.median(results[variant]) for variant in variants}
     off = medians["off"]
-    for variant in VARIANTS:
+    for variant in variants:
         runs = ", ".join(f"{tps:,.0f}" for tps in results[variant])
         print(
-            f"notify {variant:5}: median {medians[variant]:,.0f} jobs/s (runs {runs}); "
+            f"notify {variant:6}: median {medians[variant]:,.0f} jobs/s (runs {runs}); "
             f"notifications cost {100 * (1 - medians[variant] / off):.1f} % against off"
         )
 
