@@ -12,8 +12,9 @@ serve, each module with its SQL beside it (``<area>.sql``, loaded into
   the pauses, what the limits hold back;
 - ``maintenance``: leases, the reaper, cancel polls, pruning;
 - ``events``: an event key's lock, its event, the wake-up of its waiters;
-- ``presence``: the workers table, the notification probe, queue depth and
-  the per-minute counts;
+- ``presence``: the workers table, the workers' marks of whether they
+  sleep (which decide the enqueues' NOTIFY), the notification probe, queue
+  depth and the per-minute counts;
 - ``listening``: the LISTEN loop the worker and ``wait()`` share;
 - ``steps``: durable steps' records, checkpoints and suspensions (fenced
   by the lease token);

@@ -1,12 +1,13 @@
-"""The gateway's presence and stats: the workers table, the notification probe,
-queue depth and the per-minute counts behind the admin's Queues page.
-SQL: ``presence.sql``.
+"""The gateway's presence and stats: the workers table, the workers' marks of
+whether they sleep (``durable_jobs_listener``, which the enqueues' NOTIFY
+reads: ``worker/wakefulness.py``), the notification probe, queue depth and
+the per-minute counts behind the admin's Queues page. SQL: ``presence.sql``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,7 @@ def delete_worker(using: str, worker_id: str) -> None:
 def mark_listener(
     using: str,
     worker_id: str,
-    queues: Sequence[str] | None,
+    queues: Collection[str] | None,
     *,
     sleeping: bool,
     forget_after_seconds: float,

@@ -1,4 +1,4 @@
--- Presence and stats: the workers table, the notification probe, queue depth, per-minute counts. Run by db/presence.py.
+-- Presence and stats: the workers table, the workers' marks of whether they sleep (durable_jobs_listener), the notification probe, queue depth, per-minute counts. Run by db/presence.py.
 -- Each query starts with a `-- name --` header and a one-line description;
 -- parameters are named: %(name)s. A name starting with _ is a fragment,
 -- included by a line <<_name>> (queries.py), from any of the gateway's files.

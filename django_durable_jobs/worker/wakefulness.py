@@ -93,7 +93,7 @@ class Wakefulness:
         """How soon the loop claims again, unasked, while ``polling``."""
         if self.awake:
             return AWAKE_POLL_SECONDS
-        return min(self._poll_interval, AWAKE_POLL_SECONDS * 2**self._settle_polls)
+        return min(self._poll_interval, AWAKE_POLL_SECONDS * 2.0**self._settle_polls)
 
     # -- events --------------------------------------------------------------
 
@@ -118,7 +118,7 @@ class Wakefulness:
         elif self._settling:
             running = db.still_in_progress(self._alias, self._settling)
             self._settle_polls += 1
-            if running and AWAKE_POLL_SECONDS * 2**self._settle_polls < self._poll_interval:
+            if running and AWAKE_POLL_SECONDS * 2.0**self._settle_polls < self._poll_interval:
                 self._settling = running
             else:
                 # This claim starts after they ended (or the poll covers the rest).
