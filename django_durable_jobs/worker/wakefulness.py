@@ -173,11 +173,12 @@ class Wakefulness:
 
     def _go_to_sleep(self) -> None:
         self._mark(sleeping=True)
-        self._mark_due = False
         # Committed: enqueues that look from now on notify. Those that looked
         # before are running now, or committed already (the next claim sees
         # their jobs).
         self._settling = db.transactions_in_progress(self._alias)
+        # Only now: if either statement failed, the next claim marks again.
+        self._mark_due = False
         self._settle_polls = 0
         self.awake = False
         self._heard, self._window_start = 0, self._clock()

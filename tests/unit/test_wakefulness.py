@@ -177,3 +177,27 @@ def test_a_worker_without_a_listener_marks_nothing(fake_db: FakeDatabase) -> Non
     w.before_claim()
     w.after_claim(8, True)
     assert fake_db.marks == [] and not w.polling
+
+
+def test_a_move_to_sleep_that_failed_halfway_is_made_again(
+    fake_db: FakeDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Marked sleeping, but the snapshot of open transactions failed: the next claim
+    marks and looks again, rather than sleeping without waiting for them."""
+    from django.db import OperationalError
+
+    clock = Clock()
+    w = make(clock)
+
+    def fails(alias: str) -> list[str]:
+        raise OperationalError("connection lost")
+
+    monkeypatch.setattr(wakefulness.db, "transactions_in_progress", fails)
+    with pytest.raises(OperationalError):
+        w.before_claim()
+    monkeypatch.setattr(
+        wakefulness.db, "transactions_in_progress", fake_db.transactions_in_progress
+    )
+    fake_db.running = ["42"]
+    w.before_claim()
+    assert fake_db.marks == [True, True] and w.polling
