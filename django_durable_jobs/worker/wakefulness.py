@@ -23,7 +23,8 @@ NOTIFYs a queue only while some worker of that queue sleeps.
   looking: ``durable_jobs_notify_sleepers()``). The worker waits for those
   transactions to end (``settling``), polling ever less often, then claims
   once more. Past the poll interval it stops waiting: the regular poll
-  covers the rest. The worker's first mark at start, and again whenever
+  covers the rest. The snapshot lists the open transactions of the whole
+  cluster: those of other databases make the wait longer, never wrong. The worker's first mark at start, and again whenever
   its LISTEN connection reconnects (a crash empties the unlogged table),
   is such a move to sleep.
 

@@ -255,7 +255,9 @@ def test_the_worker_survives_the_database_going_away_and_coming_back(
     proxy = Proxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432))
     proxy.start()
     workers.env.update(database_urls_through("127.0.0.1", proxy.port))
-    proc = workers.start("--poll-interval", "0.2", "--lease-seconds", "3")
+    proc = workers.start(
+        "--poll-interval", "0.2", "--lease-seconds", "3", "--worker-id", "w-outage"
+    )  # fmt: skip
     first = enqueue("tests.record").job
     wait_for(
         lambda: Job.objects.get(pk=first.pk).status == JobStatus.COMPLETED, 30, "the first job"
@@ -266,7 +268,11 @@ def test_the_worker_survives_the_database_going_away_and_coming_back(
     wait_for(lambda: "Claim failed" in workers.output(), 30, "the worker to see the outage")
     time.sleep(4)  # the scenario, not a wait: the database stays away for 4 s
     assert proc.poll() is None, workers.output()  # still alive
-    assert Job.objects.get(pk=during.pk).status == JobStatus.PENDING
+    # Pending; or, on a loaded machine, leased to this worker by a claim sent just
+    # before the cut that its server process ran after this enqueue, its answer
+    # lost with the connection (given back, or reaped, once the database is back).
+    status, holder = Job.objects.values_list("status", "lease_holder").get(pk=during.pk)
+    assert status == JobStatus.PENDING or (status, holder) == (JobStatus.RUNNING, "w-outage")
 
     proxy.start()  # the database is back, on the same port
     wait_for(
