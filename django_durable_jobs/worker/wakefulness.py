@@ -17,16 +17,18 @@ NOTIFYs a queue only while some worker of that queue sleeps.
   claim planner), so a job enqueued without a NOTIFY waits no longer than
   that.
 - **Back to sleep** after ``IDLE_POLLS`` empty claims in a row. The mark
-  is committed first; then an enqueue that looked before it (and sent no
-  NOTIFY) is still running, and its transaction id is in the
-  snapshot taken right after the mark (it got one with its INSERT, before
-  looking: ``durable_jobs_notify_sleepers()``). The worker waits for those
+  is committed first. An enqueue that looked before it (and sent no
+  NOTIFY) has then either committed, and the next claim sees its job, or
+  is still running, and its transaction id is in the snapshot taken right
+  after the mark (it got one with its INSERT, before looking:
+  ``durable_jobs_notify_sleepers()``). The worker waits for those
   transactions to end (``settling``), polling ever less often, then claims
   once more. Past the poll interval it stops waiting: the regular poll
   covers the rest. The snapshot lists the open transactions of the whole
-  cluster: those of other databases make the wait longer, never wrong. The worker's first mark at start, and again whenever
-  its LISTEN connection reconnects (a crash empties the unlogged table),
-  is such a move to sleep.
+  cluster: those of other databases make the wait longer, never wrong.
+  The worker's first mark at start, and again whenever its LISTEN
+  connection reconnects (a crash empties the unlogged table), is such a
+  move to sleep.
 
 Used by the worker's loop thread only, except ``heard()`` (the listener
 thread, under the worker's lock).
