@@ -40,7 +40,7 @@ WITH listener AS (
 DELETE FROM durable_jobs_worker WHERE id = %(id)s RETURNING id;
 
 -- mark_listener --
--- Say whether this worker sleeps (waits for a NOTIFY to claim: enqueues of its queues then notify) or is awake (claims within milliseconds on its own: they need not), for the enqueues' durable_jobs_notify_sleepers() (migration 0006). Also forgets the rows of workers gone without a goodbye (no live heartbeat, not changed for %(forget_after_seconds)s). Committed before the caller's next statement (autocommit), which matters for mark_sleeping's snapshot.
+-- Say whether this worker sleeps (waits for a NOTIFY to claim: enqueues of its queues then notify) or is awake (claims within milliseconds on its own: they need not), for the enqueues' durable_jobs_notify_sleepers() (migration 0006). Also forgets the rows of workers gone without a goodbye (no live heartbeat, not changed for %(forget_after_seconds)s). Committed before the caller's next statement (autocommit): a worker going to sleep takes transactions_in_progress after it (worker/wakefulness.py).
 WITH gone AS (
     DELETE FROM durable_jobs_listener AS l
     WHERE l.changed_at < now() - make_interval(secs => %(forget_after_seconds)s::float8)

@@ -25,7 +25,7 @@ new snapshot for its statement (READ COMMITTED), after the INSERT gave the
 enqueuing transaction its id: either it sees a worker that marked itself
 sleeping, and NOTIFYs, or that worker's mark committed later, while this
 transaction was already running, and the worker waits for it to end before
-its last claim (``db.mark_sleeping``). Under REPEATABLE READ or SERIALIZABLE
+its last claim (``worker/wakefulness.py``). Under REPEATABLE READ or SERIALIZABLE
 the snapshot is the transaction's own, older than that: the function always
 NOTIFYs there, as every enqueue did before.
 
