@@ -16,7 +16,8 @@ NOTIFYs a queue only while some worker of that queue sleeps.
   ``AWAKE_POLL_SECONDS`` (each such claim counts as a notification for the
   claim planner), so a job enqueued without a NOTIFY waits no longer than
   that.
-- **Back to sleep** after ``IDLE_POLLS`` empty claims in a row. The mark
+- **Back to sleep** after ``IDLE_POLLS`` empty claims in a row, or when
+  it claims fewer than ``ASLEEP_BELOW_PER_SECOND`` jobs a second. The mark
   is committed first. An enqueue that looked before it (and sent no
   NOTIFY) has then either committed, and the next claim sees its job, or
   is still running, and its transaction id is in the snapshot taken right
@@ -52,6 +53,11 @@ AWAKE_AT_PER_SECOND = 400.0
 WINDOW_SECONDS = 0.05
 #: Empty claims in a row after which an awake worker goes back to sleep.
 IDLE_POLLS = 30
+#: An awake worker that claims fewer jobs than this a second (over a window,
+#: with no full claim) goes back to sleep: at such a rate a notification
+#: starts a job sooner than a poll every AWAKE_POLL_SECONDS would. Below
+#: AWAKE_AT_PER_SECOND, so that a rate between the two keeps either mode.
+ASLEEP_BELOW_PER_SECOND = 300.0
 
 
 class Wakefulness:
@@ -83,6 +89,9 @@ class Wakefulness:
         self._settle_polls = 0
         self._idle_polls = 0
         self._heard = 0
+        # While awake: jobs claimed in the window, and whether a claim was full.
+        self._claimed = 0
+        self._full = False
         self._window_start = clock()
 
     # -- what the loop asks --------------------------------------------------
@@ -141,6 +150,15 @@ class Wakefulness:
             elif elapsed >= WINDOW_SECONDS:
                 self._heard, self._window_start = 0, now
             return
+        self._claimed += got
+        self._full = self._full or full
+        elapsed = now - self._window_start
+        if elapsed >= WINDOW_SECONDS:
+            slow = not self._full and self._claimed < ASLEEP_BELOW_PER_SECOND * elapsed
+            self._claimed, self._full, self._window_start = 0, False, now
+            if slow:
+                self._go_to_sleep()
+                return
         if got:
             self._idle_polls = 0
             return
@@ -170,6 +188,7 @@ class Wakefulness:
         self.awake = True
         self._idle_polls = 0
         self._settling = None
+        self._claimed, self._full, self._window_start = 0, False, self._clock()
         logger.debug(
             "Awake: enqueues stop notifying this worker", extra={"worker_id": self._worker_id}
         )

@@ -201,3 +201,28 @@ def test_a_move_to_sleep_that_failed_halfway_is_made_again(
     fake_db.running = ["42"]
     w.before_claim()
     assert fake_db.marks == [True, True] and w.polling
+
+
+def test_an_awake_worker_whose_jobs_come_slowly_goes_back_to_sleep(
+    fake_db: FakeDatabase,
+) -> None:
+    """At 200 jobs a second an awake worker's polls find a job often enough never to
+    count 30 empty ones, yet a NOTIFY would start each job sooner than a 3 ms poll."""
+    clock = Clock()
+    w = started(fake_db, clock)
+    w.after_claim(8, True)  # a backlog: awake
+    assert w.awake
+    window = 1.2 * WINDOW_SECONDS
+    # 350 jobs a second, between the two thresholds: stays awake.
+    for _ in range(5):
+        clock.now += window
+        w.after_claim(int(350 * window), False)
+        assert w.awake
+    # A full claim in the window keeps it awake whatever the count.
+    clock.now += window
+    w.after_claim(1, True)
+    assert w.awake
+    # 200 a second: back to sleep.
+    clock.now += window
+    w.after_claim(int(200 * window), False)
+    assert not w.awake and fake_db.marks == [True, False, True]
