@@ -105,7 +105,11 @@ class Wakefulness:
         """How soon the loop claims again, unasked, while ``polling``."""
         if self.awake:
             return AWAKE_POLL_SECONDS
-        return min(self._poll_interval, AWAKE_POLL_SECONDS * 2.0**self._settle_polls)
+        return min(self._poll_interval, self._settle_wait())
+
+    def _settle_wait(self) -> float:
+        """While settling: 3, 6, 12 ms ... after the mark, doubling at each look."""
+        return AWAKE_POLL_SECONDS * 2.0**self._settle_polls
 
     # -- events --------------------------------------------------------------
 
@@ -130,7 +134,7 @@ class Wakefulness:
         elif self._settling:
             running = db.still_in_progress(self._alias, self._settling)
             self._settle_polls += 1
-            if running and AWAKE_POLL_SECONDS * 2.0**self._settle_polls < self._poll_interval:
+            if running and self._settle_wait() < self._poll_interval:
                 self._settling = running
             else:
                 # This claim starts after they ended (or the poll covers the rest).
@@ -165,12 +169,6 @@ class Wakefulness:
         self._idle_polls += 1
         if self._idle_polls >= IDLE_POLLS:
             self._go_to_sleep()
-
-    def forget(self) -> None:
-        """Stop marking: the worker stops (its row goes with the workers table's)."""
-        self.enabled = False
-        self.awake = False
-        self._settling = None
 
     # -- the moves -----------------------------------------------------------
 
