@@ -102,7 +102,7 @@ from .health import (
     table_health,
     vacuum_settings,
 )
-from .listening import listen, listen_alias, listen_loop
+from .listening import Interrupt, listen, listen_alias, listen_loop, read_notifications
 from .maintenance import (
     PruneResult,
     cancel_requests,
@@ -157,6 +157,7 @@ __all__ = [
     "HorizonHolder",
     "InsertedEvent",
     "InsertedWithParents",
+    "Interrupt",
     "LimitedClaim",
     "Outcome",
     "PruneResult",
@@ -210,6 +211,7 @@ __all__ = [
     "queue_overview",
     "rate_window_starts",
     "read_event",
+    "read_notifications",
     "reap",
     "record_outcomes",
     "record_outcomes_directly",

@@ -61,10 +61,14 @@ class Listener(Service):
         # Told before the wake-up of each (re)connect (the worker's wakefulness.py).
         self._on_connected = on_connected
         self._stop = threading.Event()
+        # Ends the thread's read at once at a stop; the thread's own (_run).
+        self._interrupt: db.Interrupt | None = None
         super().__init__("durable-jobs-listener")
         self.connected = threading.Event()
 
     stop_timeout = 2.0
+    #: The longest one read waits: the probe's ticks (on_tick) run at least this often.
+    read_timeout = 0.25
 
     @classmethod
     def for_worker(
@@ -97,6 +101,10 @@ class Listener(Service):
 
     def _request_stop(self) -> None:
         self._stop.set()
+        # None before the thread made it: the loop sees _stop before its first read.
+        interrupt = self._interrupt
+        if interrupt is not None:
+            interrupt.set()
 
     def stop(self, timeout: float | None = None) -> bool:
         stopped = super().stop(timeout)
@@ -105,12 +113,19 @@ class Listener(Service):
         return stopped
 
     def _run(self) -> None:
+        self._interrupt = interrupt = db.Interrupt()
+        try:
+            self._listen(interrupt)
+        finally:
+            interrupt.close()
+
+    def _listen(self, interrupt: db.Interrupt) -> None:
         probe = self.probe
         db.listen_loop(
             self._params,
             [self._channel] if probe is None else [self._channel, probe.channel],
-            # Short: stop() is noticed quickly at shutdown.
-            read_timeout=0.25,
+            read_timeout=self.read_timeout,
+            interrupt=interrupt,
             should_end=self._stop.is_set,
             pause=self._stop.wait,
             on_connect=self._connected,
