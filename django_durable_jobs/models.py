@@ -941,3 +941,30 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class WorkerListener(models.Model):
+    """Whether a listening worker sleeps: the mark enqueues read to decide on a NOTIFY.
+
+    Migration 0006's unlogged table, written by the workers through the
+    gateway (``db.mark_listener``, ``worker/wakefulness.py``); read-only
+    here, for the admin's list of workers. A sleeping worker waits for a
+    NOTIFY to claim, so an enqueue of one of its queues sends one; an awake
+    worker claims every few milliseconds on its own, and enqueues skip the
+    NOTIFY (and the cluster-wide lock it takes at commit). A ``--burst``
+    worker, or one whose LISTEN connection has not connected yet, has no row.
+    """
+
+    worker_id = models.CharField(_("worker id"), max_length=200, primary_key=True)
+    sleeping = models.BooleanField(_("sleeping"))
+    changed_at = models.DateTimeField(_("changed at"))
+
+    class Meta:
+        managed = False
+        db_table = "durable_jobs_listener"
+        verbose_name = _("worker listener")
+        verbose_name_plural = _("worker listeners")
+        default_permissions = ()
+
+    def __str__(self) -> str:
+        return f"{self.worker_id} {'sleeping' if self.sleeping else 'awake'}"

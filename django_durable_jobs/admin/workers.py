@@ -1,4 +1,4 @@
-"""Workers, from their heartbeats: live ones first, stale ones flagged."""
+"""Workers, from their heartbeats: live ones first, stale ones flagged; asleep or awake."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import datetime
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
+from django.db.models import DurationField, ExpressionWrapper, F, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils.html import format_html
@@ -14,7 +14,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from ..models import WorkerProcess
+from ..models import WorkerListener, WorkerProcess
 from .bases import WorkerModelAdmin
 from .humanize import describe_age
 
@@ -27,11 +27,14 @@ class WorkerProcessAdmin(WorkerModelAdmin):
     (``WorkerProcess.objects.with_liveness()``, the rule ``/api/health``
     counts by); the others are flagged stale: killed, or stopped without a
     goodbye, and forgotten a day later. Slots in use and the version are
-    what the worker's last heartbeat said.
+    what the worker's last heartbeat said. "Listening" is the worker's mark
+    in ``durable_jobs_listener`` (``WorkerListener``): asleep, it waits for a
+    NOTIFY and enqueues of its queues send one; awake, it claims every few
+    milliseconds on its own and they do not.
     """
 
     list_display = ("id", "host", "pid", "queue_list", "slots", "version", "started_at",
-                    "last_heartbeat", "live", "heartbeat")  # fmt: skip
+                    "last_heartbeat", "live", "heartbeat", "listening")  # fmt: skip
     search_fields = ("id", "host")
     readonly_fields = ("id", "host", "pid", "queues", "concurrency", "slots_in_use", "version",
                        "lease_seconds", "started_at", "last_heartbeat")  # fmt: skip
@@ -43,10 +46,17 @@ class WorkerProcessAdmin(WorkerModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerProcess]:
         # Liveness by the rule /api/health counts by (WorkerProcess.objects.alive()),
         # and the heartbeat's age, both by the database's clock.
+        listener = WorkerListener.objects.filter(worker_id=OuterRef("pk"))
         return WorkerProcess.objects.with_liveness().annotate(
             heartbeat_age=ExpressionWrapper(
                 Now() - F("last_heartbeat"), output_field=DurationField()
-            )
+            ),
+            listener_sleeping=Subquery(listener.values("sleeping")[:1]),
+            listener_age=Subquery(
+                listener.annotate(
+                    age=ExpressionWrapper(Now() - F("changed_at"), output_field=DurationField())
+                ).values("age")[:1]
+            ),
         )
 
     def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
@@ -73,6 +83,21 @@ class WorkerProcessAdmin(WorkerModelAdmin):
         return format_html(
             '<strong style="color: var(--error-fg)">{}</strong> {}', gettext("stale"), ago
         )
+
+    @admin.display(description=_("listening"))
+    def listening(self, obj: WorkerProcess) -> str:
+        """Asleep (woken by NOTIFY) or awake (claiming on its own), and for how long.
+
+        No mark: a ``--burst`` worker (it does not listen), one whose LISTEN
+        connection is not connected, or one older than migration 0006.
+        """
+        sleeping: bool | None = getattr(obj, "listener_sleeping", None)
+        if sleeping is None:
+            return "-"
+        age = describe_age(getattr(obj, "listener_age", None))
+        if sleeping:
+            return gettext("asleep, woken by NOTIFY (%(age)s)") % {"age": age}
+        return gettext("awake, claiming on its own every few ms (%(age)s)") % {"age": age}
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -11,8 +11,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from django_durable_jobs import __version__, enqueue
-from django_durable_jobs.models import WorkerProcess
+from django_durable_jobs import __version__, db, enqueue
+from django_durable_jobs.models import WorkerListener, WorkerProcess
 from tests.factories import RunningWorker, wait_until, worker_config
 from tests.testapp.jobs import gate
 from tests.testapp.models import Execution
@@ -70,3 +70,42 @@ def test_the_page_lists_live_workers_first_and_flags_stale_ones(admin_client: Cl
     assert "stale" not in rows["b-live"] and "s ago" in rows["b-live"]
     assert "stale</strong> 10 min ago" in rows["a-gone"]
     assert '<td class="field-version">0.0.9</td>' in rows["a-gone"]
+
+
+def test_the_page_says_which_workers_sleep_and_which_are_awake(admin_client: Client) -> None:
+    add_worker("b-asleep", 2)
+    add_worker("c-awake", 2)
+    add_worker("d-burst", 2)
+    try:
+        db.mark_listener("default", "b-asleep", None, sleeping=True, forget_after_seconds=60)
+        db.mark_listener("default", "c-awake", ["emails"], sleeping=False, forget_after_seconds=60)
+        html = admin_client.get(WORKERS).content.decode()
+        cells = dict(
+            re.findall(r'/([\w-]+)/change/">.*?<td class="field-listening">(.*?)</td>', html, re.S)
+        )
+        assert cells["b-asleep"] == "asleep, woken by NOTIFY (0 s)"
+        assert cells["c-awake"] == "awake, claiming on its own every few ms (0 s)"
+        assert cells["d-burst"] == "-"
+    finally:
+        WorkerListener.objects.filter(worker_id__in=["b-asleep", "c-awake"]).delete()
+
+
+def test_a_running_worker_shows_asleep_once_it_listens(admin_client: Client) -> None:
+    running = RunningWorker(worker_config(burst=False))
+    worker_id = running.worker.config.worker_id
+    try:
+        wait_until(
+            lambda: WorkerListener.objects.filter(worker_id=worker_id, sleeping=True).exists(),
+            what="the worker's mark",
+        )
+        running.worker.maintenance.heartbeat()
+        html = admin_client.get(WORKERS).content.decode()
+        cells = dict(
+            re.findall(
+                r'/([\w.:-]+)/change/">.*?<td class="field-listening">(.*?)</td>', html, re.S
+            )
+        )
+        assert cells[worker_id].startswith("asleep, woken by NOTIFY")
+    finally:
+        running.stop()
+    assert not WorkerListener.objects.filter(worker_id=worker_id).exists()

@@ -129,13 +129,9 @@ def test_the_chain_starts_with_one_initial_migration() -> None:
 
 #: Tables of the gateway's own, without a model: the workers' marks that
 #: enqueues read (migration 0006, ``worker/wakefulness.py``).
-GATEWAY_TABLES = {"durable_jobs_listener"}
-
-
 def _model_tables(tables: list[str]) -> list[str]:
-    """``tables`` without the job table's partitions (``db/partitions.py``) and the
-    gateway's own tables."""
-    return [t for t in tables if not t.startswith("durable_jobs_job_") and t not in GATEWAY_TABLES]
+    """``tables`` without the job table's partitions (``db/partitions.py``)."""
+    return [t for t in tables if not t.startswith("durable_jobs_job_")]
 
 
 def test_the_listeners_table_is_unlogged() -> None:
