@@ -102,7 +102,13 @@ from .health import (
     table_health,
     vacuum_settings,
 )
-from .listening import Interrupt, listen, listen_alias, listen_loop, read_notifications
+from .listening import (
+    Interrupt,
+    InterruptibleReads,
+    listen,
+    listen_alias,
+    listen_loop,
+)
 from .maintenance import (
     PruneResult,
     cancel_requests,
@@ -158,6 +164,7 @@ __all__ = [
     "InsertedEvent",
     "InsertedWithParents",
     "Interrupt",
+    "InterruptibleReads",
     "LimitedClaim",
     "Outcome",
     "PruneResult",
@@ -211,7 +218,6 @@ __all__ = [
     "queue_overview",
     "rate_window_starts",
     "read_event",
-    "read_notifications",
     "reap",
     "record_outcomes",
     "record_outcomes_directly",

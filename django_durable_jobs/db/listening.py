@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import select
+import selectors
 import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -75,25 +75,41 @@ class Interrupt:
                 self._writer.close()
 
 
-def read_notifications(
-    conn: psycopg.Connection[Any], timeout: float, interrupt: Interrupt | None = None
-) -> Iterable[psycopg.Notify]:
-    """Notifications as they come, for up to ``timeout``.
+class InterruptibleReads:
+    """The reads of notifications on one connection, each ended at once by an ``Interrupt``.
 
-    With ``interrupt``: those of the first read that has any, returned at
-    once, and none once ``interrupt`` is set (the caller reads again).
+    A selector (epoll on Linux: no limit on descriptor numbers, unlike
+    ``select``) waits on both the connection and the interrupt. Made per
+    connection, closed with it.
     """
-    if interrupt is None:
-        return conn.notifies(timeout=timeout)
-    # Those received already (during another statement on this connection,
-    # or in the bytes of an earlier read) are not signalled by the socket.
-    received = list(conn.notifies(timeout=0))
-    if received:
-        return received
-    ready, _, _ = select.select([conn.fileno(), interrupt], [], [], timeout)
-    if conn.fileno() not in ready:
-        return []
-    return list(conn.notifies(timeout=0))
+
+    def __init__(self, conn: psycopg.Connection[Any], interrupt: Interrupt) -> None:
+        self._conn = conn
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(conn.fileno(), selectors.EVENT_READ, True)
+        self._selector.register(interrupt, selectors.EVENT_READ, False)
+
+    def read(self, timeout: float) -> list[psycopg.Notify]:
+        """The notifications of the first read that has any, within ``timeout``;
+        none once the interrupt is set (the caller then reads no more)."""
+        # Those received already (during another statement on this connection,
+        # or in the bytes of an earlier read) are not signalled by the socket.
+        received = list(self._conn.notifies(timeout=0))
+        if received:
+            return received
+        ready = self._selector.select(timeout)
+        if not any(key.data for key, _ in ready):
+            return []
+        return list(self._conn.notifies(timeout=0))
+
+    def close(self) -> None:
+        self._selector.close()
+
+    def __enter__(self) -> InterruptibleReads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def listen(conn: psycopg.Connection[Any], channel: str) -> None:
@@ -138,11 +154,20 @@ def listen_loop(
                     logger.info("%s listening again on channel %s", what, names[0])
                 delay = RECONNECT_BASE_SECONDS
                 on_connect()
-                while not should_end():
-                    if on_tick is not None:
-                        on_tick()
-                    for notify in read_notifications(conn, read_timeout, interrupt):
-                        on_notify(notify)
+                reads = None if interrupt is None else InterruptibleReads(conn, interrupt)
+                try:
+                    while not should_end():
+                        if on_tick is not None:
+                            on_tick()
+                        if reads is None:
+                            for notify in conn.notifies(timeout=read_timeout):
+                                on_notify(notify)
+                        else:
+                            for notify in reads.read(read_timeout):
+                                on_notify(notify)
+                finally:
+                    if reads is not None:
+                        reads.close()
                 return
         except psycopg.Error as exc:
             on_lost()

@@ -90,7 +90,8 @@ def test_a_notification_received_during_another_statement_is_read_at_once() -> N
             db.listen(listening, "tests_listening_backlog")
             other.execute("NOTIFY tests_listening_backlog, 'held'")
             wait_until(lambda: _one_row(listening), what="a statement after the NOTIFY")
-            heard = list(db.read_notifications(listening, AN_HOUR, interrupt))
+            with db.InterruptibleReads(listening, interrupt) as reads:
+                heard = reads.read(AN_HOUR)
         assert [n.payload for n in heard] == ["held"]
     finally:
         interrupt.close()
@@ -108,7 +109,8 @@ def test_a_read_returns_nothing_once_interrupted() -> None:
         with new_connection() as listening:
             db.listen(listening, "tests_listening_quiet")
             interrupt.set()
-            assert list(db.read_notifications(listening, AN_HOUR, interrupt)) == []
+            with db.InterruptibleReads(listening, interrupt) as reads:
+                assert reads.read(AN_HOUR) == []
     finally:
         interrupt.close()
 
