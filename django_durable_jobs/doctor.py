@@ -97,7 +97,9 @@ def job_tables() -> list[str]:
     """The package's tables, from its models (a table a later model adds is read too),
     and the job table's active partition on its own: the partitioned table sums
     its partitions, where the dead tuples of the hot rows would drown in the
-    history's live ones (``db/partitions.py``)."""
+    history's live ones (``db/partitions.py``). Unmanaged models count: the
+    workers' listeners table (``WorkerListener``) is updated at every change
+    of a worker's mark, and its dead tuples are the enqueues' to read past."""
     from django.apps import apps
 
     from .db import partitions
@@ -107,7 +109,7 @@ def job_tables() -> list[str]:
         {
             model._meta.db_table
             for model in config.get_models(include_auto_created=True)
-            if model._meta.managed and not model._meta.proxy
+            if not model._meta.proxy
         }
         | {partitions.ACTIVE}
     )

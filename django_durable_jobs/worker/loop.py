@@ -118,7 +118,10 @@ class Worker(health.WorkerHealth):
             untold=self.attempts.untold,
             on_cancel=self._cancels_requested,
             counts=self.throughput,
+            reap_at_start=config.burst,
         )
+        # The reaper's count the burst's last look saw (_reaped_more).
+        self._reaped_seen = 0
         # The claim leaves these out; read before a claim when stale.
         self.paused = PausedQueues(
             config.alias, config.queues, config.poll_interval, worker_id=config.worker_id
@@ -320,6 +323,9 @@ class Worker(health.WorkerHealth):
             return False
         if self.config.burst:
             if not self._may_find_more(ran_before, unwritten_before):
+                if self._reaped_more():
+                    self._next_poll = time.monotonic()
+                    return False
                 logger.info("No runnable job left: exiting (--burst)")
                 return True
             # Look again shortly: the running jobs may be all there is.
@@ -329,6 +335,19 @@ class Worker(health.WorkerHealth):
             # worker was faster) need not cost a query.
             self._next_poll = time.monotonic() + self.planner.idle_sleep()
         return False
+
+    def _reaped_more(self) -> bool:
+        """Before a burst exits: whether its reaper took jobs back since the last look.
+
+        A dead worker's expired leases come back through the reaper, which a
+        burst runs at its start (``reap_at_start``); jobs it took back may
+        be runnable now, so the burst claims again rather than exit first.
+        """
+        self.maintenance.first_reap.wait(self.config.lease_seconds)
+        reaped = self.maintenance.reaped
+        more = reaped > self._reaped_seen
+        self._reaped_seen = reaped
+        return more
 
     def _may_find_more(self, ran_before: bool, unwritten_before: bool) -> bool:
         """After an empty claim: may a later claim still find a job (a burst goes on)?"""

@@ -131,8 +131,17 @@ class Maintenance(Service):
         untold: Callable[[], Mapping[uuid.UUID, uuid.UUID]] | None = None,
         on_cancel: Callable[[set[uuid.UUID]], None] | None = None,
         counts: OutcomeCounts | None = None,
+        reap_at_start: bool = False,
     ) -> None:
         self._alias = alias
+        # A burst worker reaps at once, and looks for runnable jobs again
+        # before it exits if that took back any (loop.py): its run may be
+        # shorter than the jittered wait before a first reap.
+        self._reap_at_start = reap_at_start
+        #: Set once the first reap has been tried (done, or failed).
+        self.first_reap = threading.Event()
+        #: The jobs this worker's reaper has taken back so far.
+        self.reaped = 0
         #: The worker's per-minute outcome counts, added to the table each heartbeat.
         self.counts = counts
         self._untold = untold
@@ -174,7 +183,9 @@ class Maintenance(Service):
     def _run(self) -> None:
         # The first heartbeat at once: the worker shows up as alive from the start.
         next_heartbeat = self._clock()
-        next_reap = self._clock() + _spread(self.reap_interval, 0, 1)
+        next_reap = self._clock() + (
+            0.0 if self._reap_at_start else _spread(self.reap_interval, 0, 1)
+        )
         next_prune = self._clock() + _spread(self.prune_interval, 0, 1)
         next_stats_prune = self._clock() + _spread(self.prune_interval, 0, 1)
         next_cancel_poll = self._clock() + self.cancel_poll_interval
@@ -197,6 +208,7 @@ class Maintenance(Service):
                     next_cancel_poll = now + self.cancel_poll_interval
                 if now >= next_reap:
                     self._guarded(self.reap)
+                    self.first_reap.set()
                     next_reap = now + _spread(self.reap_interval, 0.75, 1.25)
                 if self.retention and now >= next_prune:
                     self._guarded(self.prune)
@@ -213,6 +225,7 @@ class Maintenance(Service):
                     wake = min(wake, next_prune)
                 self._stop.wait(max(0.0, wake - self._clock()))
         finally:
+            self.first_reap.set()  # no one waits for a reap that will not come
             connections.close_all()  # the queue's, and what receivers opened
 
     def _guarded(self, task: Callable[[], object]) -> None:
@@ -304,6 +317,7 @@ class Maintenance(Service):
                     "worker_id": self._worker_id,
                 },
             )  # fmt: skip
+        self.reaped += len(reaped_jobs)
         metrics.record_reaped(len(reaped_jobs))
         if self.counts is not None and reaped_jobs:
             # A reaped attempt failed (or, cancelled, counts as neither).

@@ -202,8 +202,10 @@ def test_claims_close_together_share_one_window_entry_and_the_limit_still_holds(
 
 def test_claims_further_apart_than_the_merge_interval_keep_entries_of_their_own() -> None:
     enqueue_many([{"type": "tests.record", "queue": "throttled"}] * 5)
-    # A 0.2 s window merges claims within 1 ms of the last entry.
-    fast = QueueLimits(rate_limit=RateLimit(100, 0.2))
+    # A 2 s window merges claims within 10 ms of the last entry. Long enough
+    # that a slow machine's four claims stay in it (a 0.2 s one lost an entry
+    # to the window's end on a loaded CI).
+    fast = QueueLimits(rate_limit=RateLimit(100, 2.0))
     got = 0
     for _ in range(4):
         got += len(
@@ -216,6 +218,6 @@ def test_claims_further_apart_than_the_merge_interval_keep_entries_of_their_own(
                 want=1,
             ).jobs
         )
-        time.sleep(0.01)
+        time.sleep(0.05)
     entries, counted = window_entries("throttled")
     assert got == 3 and counted == 3 and entries == 3

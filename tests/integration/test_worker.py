@@ -477,6 +477,26 @@ def session_settings() -> list[str]:
         return values
 
 
+def test_a_burst_worker_reaps_a_dead_worker_s_jobs_before_it_exits() -> None:
+    """Its first reap is at once, and the burst claims again after it: a lease of 60 s
+    (a reap interval of 30 s) would otherwise let it exit long before its first reap."""
+    last = enqueue("tests.record", max_attempts=1).job
+    again = enqueue("tests.record", max_attempts=3).job
+    claim_directly("w-dead")
+    claim_directly("w-dead")
+    expire(last.pk)
+    expire(again.pk)
+    # A retry due in a minute: the burst does not wait for it.
+    with override_settings(DURABLE_JOBS={"BACKOFF_BASE_SECONDS": 60.0}):
+        worker = burst(lease_seconds=60.0)
+    last.refresh_from_db()
+    again.refresh_from_db()
+    assert (last.status, last.attempts) == (JobStatus.DEAD, 1)
+    assert "Abandoned: the lease of worker w-dead expired" in last.last_error
+    assert (again.status, again.attempts, again.lease_holder) == (JobStatus.PENDING, 1, None)
+    assert worker.maintenance.reaped == 2
+
+
 def test_a_burst_worker_leaves_the_calling_thread_s_connection_usable() -> None:
     # A burst worker run in the caller's thread shares that thread's Django
     # connection (it may close it: Django reconnects). It must hand it back
