@@ -645,6 +645,9 @@ def test_a_worker_claims_nothing_while_its_outcomes_cannot_be_written(
     running = RunningWorker(worker_config(burst=False))
     try:
         wait_until(refused.is_set, what="a refused outcome write")
+        # The refusal is raised after `refused` is set: wait for the completer to
+        # know it fails (a slow machine's worker claimed in between).
+        wait_until(lambda: running.worker.completer.failing, what="the completer failing")
         enqueue_many([{"type": "tests.record"}] * 20)
         time.sleep(1.0)  # twenty polls
         assert Job.objects.filter(status=JobStatus.PENDING).count() == 20
