@@ -39,6 +39,7 @@ from tests.factories import (
     wait_until,
 )
 from tests.factories import worker_config as config
+from tests.testapp.jobs import gate
 
 from .helpers import drain_until_settled, scrape, value
 
@@ -352,8 +353,10 @@ def test_multiprocess_mode_adds_up_the_processes(tmp_path: Path) -> None:
 def test_an_outcome_that_cannot_be_written_is_counted_once_and_as_unrecorded(
     queue: str,
 ) -> None:
-    # Long enough that the takeover below lands while the handler still runs, on a busy machine too.
-    job = enqueue("tests.record", {"sleep": 3.0}, queue=queue).job
+    # The handler runs until the gate opens: the takeover below lands while it
+    # runs, however slow the machine (a 3 s sleep was once over before it).
+    name = f"takeover-{uuid.uuid4().hex[:6]}"
+    job = enqueue("tests.gated", {"gate": name}, queue=queue).job
     before = value(scrape(), "durable_jobs_outcomes_unrecorded_total")
     running = RunningWorker(config(burst=False, lease_seconds=30.0, queues=frozenset({queue})))
     worker = running.worker
@@ -362,11 +365,13 @@ def test_an_outcome_that_cannot_be_written_is_counted_once_and_as_unrecorded(
         # Another worker took the job over meanwhile: this worker's write is fenced out.
         taken_over = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, completed_at=None)
         assert taken_over.update(lease_token=uuid.uuid4()) == 1
+        gate(name).set()
         processed = "durable_jobs_processed_total"
-        labels = {"queue": queue, "type": "tests.record", "result": "completed"}
+        labels = {"queue": queue, "type": "tests.gated", "result": "completed"}
         wait_until(lambda: value(scrape(), processed, **labels) == 1)
         assert worker.completer.flush(10)
     finally:
+        gate(name).set()
         running.stop()
     s = scrape()
     assert value(s, processed, **labels) == 1
