@@ -88,15 +88,19 @@ class InterruptibleReads:
         self._selector = selectors.DefaultSelector()
         self._selector.register(conn.fileno(), selectors.EVENT_READ, True)
         self._selector.register(interrupt, selectors.EVENT_READ, False)
+        self._first = True
 
     def read(self, timeout: float) -> list[psycopg.Notify]:
         """The notifications of the first read that has any, within ``timeout``;
         none once the interrupt is set (the caller then reads no more)."""
-        # Those received already (during another statement on this connection,
-        # or in the bytes of an earlier read) are not signalled by the socket.
-        received = list(self._conn.notifies(timeout=0))
-        if received:
-            return received
+        if self._first:
+            # Those received during the LISTEN statements (psycopg keeps them)
+            # are not signalled by the socket. Later reads take all the
+            # socket holds, and nothing else runs on this connection.
+            self._first = False
+            received = list(self._conn.notifies(timeout=0))
+            if received:
+                return received
         ready = self._selector.select(timeout)
         if not any(key.data for key, _ in ready):
             return []
