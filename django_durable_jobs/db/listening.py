@@ -158,20 +158,18 @@ def listen_loop(
                     logger.info("%s listening again on channel %s", what, names[0])
                 delay = RECONNECT_BASE_SECONDS
                 on_connect()
-                reads = None if interrupt is None else InterruptibleReads(conn, interrupt)
-                try:
+                with contextlib.ExitStack() as stack:
+                    if interrupt is None:
+                        read: Callable[[float], Iterable[psycopg.Notify]] = lambda timeout: (
+                            conn.notifies(timeout=timeout)
+                        )
+                    else:
+                        read = stack.enter_context(InterruptibleReads(conn, interrupt)).read
                     while not should_end():
                         if on_tick is not None:
                             on_tick()
-                        if reads is None:
-                            for notify in conn.notifies(timeout=read_timeout):
-                                on_notify(notify)
-                        else:
-                            for notify in reads.read(read_timeout):
-                                on_notify(notify)
-                finally:
-                    if reads is not None:
-                        reads.close()
+                        for notify in read(read_timeout):
+                            on_notify(notify)
                 return
         except psycopg.Error as exc:
             on_lost()
