@@ -159,16 +159,15 @@ def listen_loop(
                 delay = RECONNECT_BASE_SECONDS
                 on_connect()
                 with contextlib.ExitStack() as stack:
-                    if interrupt is None:
-                        read: Callable[[float], Iterable[psycopg.Notify]] = lambda timeout: (
-                            conn.notifies(timeout=timeout)
-                        )
-                    else:
-                        read = stack.enter_context(InterruptibleReads(conn, interrupt)).read
+                    read: Callable[..., Iterable[psycopg.Notify]] = (
+                        conn.notifies
+                        if interrupt is None
+                        else stack.enter_context(InterruptibleReads(conn, interrupt)).read
+                    )
                     while not should_end():
                         if on_tick is not None:
                             on_tick()
-                        for notify in read(read_timeout):
+                        for notify in read(timeout=read_timeout):
                             on_notify(notify)
                 return
         except psycopg.Error as exc:
