@@ -47,7 +47,7 @@ def fill_big_table() -> None:
                        (ARRAY['default', 'emails', 'reports'])[1 + i %% 3],
                        '{{}}', %s, (i %% 5) - 2, 0, 5,
                        now() {offset} + i * interval '1 ms', now(), now(), '', '[]',
-                       CASE WHEN %s = 'running' THEN now() + interval '30 seconds' END
+                       CASE WHEN %s = 'running' THEN now() + interval '1 hour' END
                 FROM generate_series(1, %s) AS i
                 """,  # noqa: S608 (offset is the test's own constant)
                 [status.split("_")[0], status.split("_")[0], count],

@@ -352,7 +352,7 @@ def _keyed_backlog() -> None:
             SELECT gen_random_uuid(), 'tests.serial', 'default', '{}',
                    CASE WHEN i <= 20 THEN 'running' ELSE 'pending' END, 0, 0, 5,
                    now() - interval '1 minute', now(), now(), '', '[]',
-                   CASE WHEN i <= 20 THEN now() + interval '30 seconds' END,
+                   CASE WHEN i <= 20 THEN now() + interval '1 hour' END,
                    'customer:' || (i % 40)
             FROM generate_series(1, 2000) AS i
             """
