@@ -1,8 +1,8 @@
 """The worker's hot statements as prepared statements (``PREPARE_STATEMENTS``, issue 26).
 
-``db._run`` prepares ``db.PREPARED`` (the outcomes' write, the heartbeat, the
-keyed claim's call, ``chain()``'s insert) on connections that reach PostgreSQL
-itself. What a worker gets back must not depend on it, before and after
+``db._run`` prepares ``db.PREPARED`` (the claim of every queue, the outcomes'
+write, the heartbeat, the keyed claim's call, ``chain()``'s insert) on connections
+that reach PostgreSQL itself. What a worker gets back must not depend on it, before and after
 PostgreSQL switches a prepared statement to its generic plan (after five
 runs), and that generic plan must be an index plan on a big table.
 """
@@ -18,6 +18,7 @@ from django.test import override_settings
 from psycopg import ClientCursor
 
 from django_durable_jobs import chain, db, enqueue_many
+from django_durable_jobs.constants import CLAIM_INDEX
 from django_durable_jobs.db.queries import QUERIES
 from django_durable_jobs.db.records import Outcome, Transition
 from django_durable_jobs.models import Job
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.django_db
 
 #: What tells each prepared statement apart in pg_prepared_statements.
 MARKS = {
+    "claim_jobs": "queue NOT IN (SELECT unnest(",
     "record_outcomes": "jsonb_array_elements",
     "extend_leases": "FOR NO KEY UPDATE OF job",
     "claim_keyed": "durable_jobs_claim_keyed(",
@@ -175,7 +177,10 @@ def test_the_generic_plans_use_indexes_on_a_big_table(big_table: None, generic_o
         "channel": "durable_jobs",
         "trace_context": None,
     }
+    claim = {"worker_id": "w", "lease_seconds": 30.0, "limit": 8}
     for name, params in [
+        ("claim_jobs", {**claim, "excluded": [], "keyed_types": []}),
+        ("claim_jobs", {**claim, "excluded": ["reports"], "keyed_types": ["tests.serial"]}),
         ("extend_leases", heartbeat),
         ("record_outcomes", outcomes),
         ("insert_job_shape", shape),
@@ -183,6 +188,35 @@ def test_the_generic_plans_use_indexes_on_a_big_table(big_table: None, generic_o
         plan = explain_generic(name, params)
         assert "$1" in plan or "$2" in plan, plan  # a generic plan indeed
         assert "durable_jobs_job" not in seq_scanned(plan), (name, plan)
+        if name == "claim_jobs":
+            # In claim order, LIMIT rows at most: never a sort of the backlog.
+            assert CLAIM_INDEX in plan, plan
+
+
+def test_the_claim_s_generic_plan_reads_the_claim_index_on_a_one_queue_backlog(
+    generic_only: None,
+) -> None:
+    """A backlog of one queue and one type, as most projects' is. With the paused queues
+    and keyed types as `<> ALL ($n)`, PostgreSQL guessed that no row passes (one distinct
+    queue: an unknown one is it) and the generic plan sorted a sequential scan of the
+    whole backlog."""
+    with queue_connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO durable_jobs_job (id, type, queue, payload, status, priority, attempts,
+                max_attempts, available_at, created_at, updated_at, last_error, errors)
+            SELECT gen_random_uuid(), 'tests.plan', 'default', '{}', 'pending', 0, 0, 5,
+                   now() - interval '1 minute', now(), now(), '', '[]'
+            FROM generate_series(1, 20000)
+            """
+        )
+        cursor.execute("ANALYZE durable_jobs_job")
+    claim = {"worker_id": "w", "lease_seconds": 30.0, "limit": 8}
+    for extra in ({"excluded": [], "keyed_types": []}, {"excluded": ["x"], "keyed_types": ["y"]}):
+        plan = explain_generic("claim_jobs", {**claim, **extra})
+        assert "$1" in plan, plan  # a generic plan indeed
+        assert CLAIM_INDEX in plan, plan
+        assert "durable_jobs_job" not in seq_scanned(plan), plan
 
 
 def test_the_setting_is_checked() -> None:
