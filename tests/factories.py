@@ -345,6 +345,17 @@ def expire(job_id: uuid.UUID) -> None:
     Job.objects.filter(pk=job_id).update(lease_expires_at=started - timedelta(seconds=1))
 
 
+def abandoned(worker_id: str, *max_attempts: int) -> list[Job]:
+    """New jobs (one per ``max_attempts``) claimed by ``worker_id`` and their leases
+    expired: what a dead worker leaves for the reaper."""
+    jobs = [enqueue("tests.record", max_attempts=n).job for n in max_attempts]
+    for _ in jobs:
+        claim_directly(worker_id)
+    for job in jobs:
+        expire(job.pk)
+    return jobs
+
+
 def reaper(worker_id: str = "reaper") -> Maintenance:
     """A maintenance object holding no job, to call ``reap()`` (or ``prune()``) on directly."""
     return Maintenance(

@@ -30,6 +30,7 @@ from django_durable_jobs.worker.outcomes import release
 from django_durable_jobs.worker.pool import CLAIM_AHEAD_LIMIT
 from tests.factories import (
     RunningWorker,
+    abandoned,
     burst,
     claim_directly,
     claimed_job,
@@ -318,12 +319,7 @@ def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_claim() -> None:
 
 
 def test_the_reaper_retries_or_kills_abandoned_jobs() -> None:
-    retried = enqueue("tests.record", max_attempts=3).job
-    killed = enqueue("tests.record", max_attempts=1).job
-    claim_directly("ghost")
-    claim_directly("ghost")
-    expire(retried.pk)
-    expire(killed.pk)
+    retried, killed = abandoned("ghost", 3, 1)
     assert reaper().reap() == 2
     retried.refresh_from_db()
     killed.refresh_from_db()
@@ -480,12 +476,7 @@ def session_settings() -> list[str]:
 def test_a_burst_worker_reaps_a_dead_worker_s_jobs_before_it_exits() -> None:
     """Its first reap is at once, and the burst claims again after it: a lease of 60 s
     (a reap interval of 30 s) would otherwise let it exit long before its first reap."""
-    last = enqueue("tests.record", max_attempts=1).job
-    again = enqueue("tests.record", max_attempts=3).job
-    claim_directly("w-dead")
-    claim_directly("w-dead")
-    expire(last.pk)
-    expire(again.pk)
+    last, again = abandoned("w-dead", 1, 3)
     # A retry due in a minute: the burst does not wait for it.
     with override_settings(DURABLE_JOBS={"BACKOFF_BASE_SECONDS": 60.0}):
         worker = burst(lease_seconds=60.0)
